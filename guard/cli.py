@@ -1,0 +1,438 @@
+"""The ``guard`` command: parse, call one core function, render. Nothing else.
+
+Exit codes: 0 pass, 1 regression or wrong results, 2 bad input or configuration,
+3 infrastructure (no GPU where one is required, build failure, crash, timeout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from guard import core, render, results
+from guard.errors import ExitCode, GuardError
+from guard.runner import Progress
+
+DEFAULT_OUT = Path("results/guard-results.json")
+
+
+# --------------------------------------------------------------------------- output
+
+
+class ProgressPrinter:
+    """Live progress in a terminal (rich); plain lines elsewhere (CI logs)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.live = enabled and sys.stderr.isatty() and not os.environ.get("CI")
+        self._bar: Any = None
+        self._task: Any = None
+        self._key: tuple[str, str, int] | None = None
+        self._t0 = time.monotonic()
+
+    def __call__(self, ev: Progress) -> None:
+        if not self.enabled:
+            return
+        key = (ev.phase, ev.arm, ev.round)
+        label = f"{ev.phase} {ev.arm}" + (
+            f" round {ev.round}/{ev.total_rounds}" if ev.round else ""
+        )
+        if self.live:
+            self._live(ev, key, label)
+        elif key != self._key:
+            self._key = key
+            print(f"[guard] {label}: {ev.total} case(s)", file=sys.stderr, flush=True)
+        elif not ev.case and ev.done == ev.total:
+            took = time.monotonic() - self._t0
+            print(f"[guard] {label}: done ({took:.0f} s elapsed)", file=sys.stderr, flush=True)
+
+    def _live(self, ev: Progress, key: tuple[str, str, int], label: str) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as Bar
+
+        if self._bar is None:
+            self._bar = Bar(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                transient=True,
+            )
+            self._bar.start()
+        if key != self._key:
+            self._key = key
+            self._task = self._bar.add_task(label, total=ev.total)
+        self._bar.update(self._task, completed=ev.done, description=f"{label} {ev.case}".strip())
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _print_table(header: list[str], rows: list[list[str]], title: str = "") -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title or None, show_lines=False)
+    for h in header:
+        table.add_column(h, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console(width=max(120, Console().width)).print(table)
+
+
+def _write_summary(markdown: str, path: str | None) -> None:
+    if path:
+        results.write_atomic(path, markdown)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(markdown + "\n")
+
+
+def _emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=1, allow_nan=False))
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _opts(args: argparse.Namespace) -> core.MeasureOptions:
+    return core.MeasureOptions(
+        device=args.device,
+        rounds=getattr(args, "rounds", None),
+        max_rounds=getattr(args, "max_rounds", None),
+        seed=getattr(args, "seed", None),
+        fault_modules=tuple(getattr(args, "fault_module", None) or ()),
+        sys_path=tuple(getattr(args, "worker_path", None) or ()),
+    )
+
+
+def _suite(args: argparse.Namespace):
+    return core.open_suite(args.suite, args.kernels, args.cases)
+
+
+def _fallback_note(run: results.RunResult) -> None:
+    reason = run.environment.cpu_fallback_reason
+    if reason:
+        print(
+            f"[guard] no GPU: measured on the CPU instead ({reason}); CPU timings say "
+            "nothing about GPU speed",
+            file=sys.stderr,
+        )
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = core.list_cases(_suite(args), args.device)
+    if args.json:
+        _emit_json([{"id": i, "kernel": k, "availability": a} for i, k, a in rows])
+    else:
+        _print_table(["case", "kernel", "availability"], [list(r) for r in rows])
+    return 0
+
+
+def _finish_run(args: argparse.Namespace, run: results.RunResult, no_verdict: str = "") -> None:
+    out = args.out or DEFAULT_OUT
+    results.save(run, out)
+    _fallback_note(run)
+    if args.json:
+        _emit_json(results.to_json(run))
+    else:
+        _print_table(render.RUN_HEADER, render.run_rows(run))
+        if no_verdict:
+            print(f"\nNO VERDICT: {no_verdict}")
+        print(f"results: {out}")
+    _write_summary(render.run_markdown(run, no_verdict), args.markdown)
+
+
+def _run_exit(run: results.RunResult) -> int:
+    if run.correctness_failures:
+        return ExitCode.FAIL
+    if any(c.case.gate for c in run.infra_failures):
+        return ExitCode.INFRA
+    return ExitCode.PASS
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    progress = ProgressPrinter(not args.quiet)
+    try:
+        run = core.check(_suite(args), _opts(args), progress)
+    finally:
+        progress.close()
+    _finish_run(args, run)
+    return _run_exit(run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    progress = ProgressPrinter(not args.quiet)
+    try:
+        run = core.run(_suite(args), _opts(args), progress)
+    finally:
+        progress.close()
+    _finish_run(args, run)
+    return _run_exit(run)
+
+
+def _render_comparison(args: argparse.Namespace, comparison) -> int:
+    if args.json:
+        _emit_json(render.comparison_json(comparison))
+    else:
+        _print_table(
+            render.COMPARISON_HEADER,
+            render.comparison_rows(comparison),
+            title=f"{comparison.baseline.label} -> {comparison.candidate.label}",
+        )
+        for diff in comparison.environment_diff:
+            print(f"environment differs: {diff[0]}: baseline {diff[1]!r}, here {diff[2]!r}")
+        for note in comparison.notes:
+            print(f"note: {note}")
+        print(comparison.headline)
+    if os.environ.get("GITHUB_ACTIONS"):
+        for line in render.annotations(comparison):
+            print(line)
+    _write_summary(render.comparison_markdown(comparison), args.markdown)
+    if args.html:
+        from guard import report
+
+        results.write_atomic(args.html, report.html_report(comparison.candidate, comparison))
+    return int(comparison.exit_code)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    if args.files:
+        if len(args.files) != 2:
+            raise GuardError("compare takes two files (BASELINE CANDIDATE) or none")
+        if args.against or args.baseline or args.baseline_ref:
+            raise GuardError("give either two files or --against/--baseline/--baseline-ref")
+        comparison = core.compare_files(args.files[0], args.files[1], alpha=args.alpha)
+        return _render_comparison(args, comparison)
+
+    suite = _suite(args)
+    progress = ProgressPrinter(not args.quiet)
+    try:
+        if args.against:
+            comparison = core.compare_against(
+                suite, args.against, opts=_opts(args), progress=progress
+            )
+            results.save(comparison.candidate, args.out or DEFAULT_OUT)
+            return _render_comparison(args, comparison)
+        from guard import env as guard_env
+
+        device, _ = guard_env.pick_device(args.device)
+        slug = guard_env.collect(device).gpu_slug if not args.baseline else ""
+        baseline, missing = None, ""
+        if args.baseline:
+            baseline = core.load_results(args.baseline)
+        else:
+            rel = core.baseline_path(args.baselines, slug)
+            if args.baseline_ref:
+                baseline = core.load_baseline_at_ref(args.baseline_ref, rel)
+                where = f"{rel} at {args.baseline_ref}"
+            else:
+                baseline = core.load_results(rel) if rel.exists() else None
+                where = str(rel)
+            if baseline is None:
+                missing = (
+                    f"no baseline for this hardware ({where} does not exist). Record one on "
+                    "this GPU with `guard baseline refresh` (or the baseline-refresh workflow), "
+                    "or compare two commits here with `guard compare --against REF`."
+                )
+        outcome = core.compare_with_baseline(
+            suite,
+            baseline,
+            missing_reason=missing,
+            opts=_opts(args),
+            progress=progress,
+            confirm_ref=args.confirm_against,
+        )
+    finally:
+        progress.close()
+    results.save(outcome.candidate, args.out or DEFAULT_OUT)
+    _fallback_note(outcome.candidate)
+    if outcome.comparison is None:
+        if args.json:
+            _emit_json(
+                {
+                    "headline": "NO VERDICT",
+                    "reason": outcome.no_verdict_reason,
+                    "exit_code": int(outcome.exit_code),
+                    "results": results.to_json(outcome.candidate),
+                }
+            )
+        else:
+            _print_table(render.RUN_HEADER, render.run_rows(outcome.candidate))
+            print(f"\nNO VERDICT: {outcome.no_verdict_reason}")
+        _write_summary(
+            render.run_markdown(outcome.candidate, outcome.no_verdict_reason), args.markdown
+        )
+        if os.environ.get("GITHUB_ACTIONS"):
+            print(f"::warning title=No baseline::{outcome.no_verdict_reason}")
+        return int(outcome.exit_code)
+    return _render_comparison(args, outcome.comparison)
+
+
+def cmd_baseline_refresh(args: argparse.Namespace) -> int:
+    progress = ProgressPrinter(not args.quiet)
+    try:
+        outcome = core.refresh_baseline(
+            _suite(args), args.dir, opts=_opts(args), progress=progress, allow_cpu=args.allow_cpu
+        )
+    finally:
+        progress.close()
+    rows = [
+        [
+            c.case_id,
+            render.fmt_time(c.old_median),
+            render.fmt_time(c.new_median),
+            render.fmt_ratio(c.ratio),
+        ]
+        for c in outcome.changes
+    ]
+    if args.json:
+        _emit_json(
+            {
+                "path": str(outcome.path),
+                "changes": [
+                    {"id": c.case_id, "old_median_s": c.old_median, "new_median_s": c.new_median}
+                    for c in outcome.changes
+                ],
+            }
+        )
+    else:
+        _print_table(
+            ["case", "old median", "new median", "new/old"],
+            rows,
+            title=f"baseline written: {outcome.path}",
+        )
+    md = (
+        "\n".join(
+            [
+                f"## Baseline refreshed: `{outcome.path}`",
+                "",
+                "| case | old median | new median | new/old |",
+                "|---|---|---|---|",
+                *["| " + " | ".join(r) + " |" for r in rows],
+            ]
+        )
+        + "\n"
+    )
+    _write_summary(md, args.markdown)
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _common(p: argparse.ArgumentParser, measure: bool = True) -> None:
+    p.add_argument("--suite", default=str(core.DEFAULT_SUITE), help="suite YAML file")
+    p.add_argument("--kernels", nargs="+", metavar="NAME", help="only these kernels")
+    p.add_argument("--cases", nargs="+", metavar="NAME", help="only these workloads")
+    p.add_argument(
+        "--device",
+        choices=["auto", "cuda", "cpu"],
+        default="auto",
+        help="where to run (auto: the GPU if torch sees one, else the CPU)",
+    )
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    if measure:
+        p.add_argument("--rounds", type=int, help="timing rounds (fresh processes) per arm")
+        p.add_argument("--max-rounds", type=int, help="ceiling for inconclusive cases")
+        p.add_argument("--seed", type=int, help="input seed (default: fresh every run)")
+        p.add_argument("--out", type=Path, help=f"results JSON (default {DEFAULT_OUT})")
+        p.add_argument("--markdown", help="also write the Markdown summary here")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+        p.add_argument("--fault-module", action="append", help=argparse.SUPPRESS)
+        p.add_argument("--worker-path", action="append", help=argparse.SUPPRESS)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="guard",
+        description="Correctness and statistical performance guard for attention kernels.",
+        epilog="Exit codes: 0 pass, 1 regression or wrong results, 2 bad input, "
+        "3 infrastructure (no GPU, build failure, crash, timeout).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="list the suite's cases and where each kernel can run")
+    _common(p, measure=False)
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("check", help="correctness only")
+    _common(p)
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("run", help="check correctness, then time every case")
+    _common(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "compare",
+        help="measure here and compare with this GPU's baseline, a file, or a git ref",
+        description="With no arguments: run the suite and compare with baselines/<gpu>.json. "
+        "With two files: compare them (guard results or pytest-benchmark JSON saved with "
+        "--benchmark-save-data). With --against REF: measure REF's kernels and this tree's "
+        "here, interleaved round by round.",
+    )
+    p.add_argument("files", nargs="*", metavar="FILE", help="BASELINE CANDIDATE")
+    _common(p)
+    p.add_argument("--against", metavar="REF", help="measure this git ref as the baseline")
+    p.add_argument("--baseline", metavar="FILE", help="a baseline file to compare with")
+    p.add_argument(
+        "--baseline-ref",
+        metavar="REF",
+        help="read baselines/<gpu>.json as committed at REF (CI: the PR's base)",
+    )
+    p.add_argument(
+        "--baselines", default=str(core.DEFAULT_BASELINES), type=Path, help="baseline folder"
+    )
+    p.add_argument(
+        "--confirm-against",
+        metavar="REF",
+        help="confirm regressions with a paired rerun against REF on this machine",
+    )
+    p.add_argument("--alpha", type=float, default=0.01, help="family false-alarm rate (files)")
+    p.add_argument("--html", help="also write the HTML report here")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("baseline", help="manage baselines")
+    bsub = p.add_subparsers(dest="baseline_command", required=True)
+    r = bsub.add_parser("refresh", help="rerun the suite here and rewrite baselines/<gpu>.json")
+    _common(r)
+    r.add_argument("--dir", default=str(core.DEFAULT_BASELINES), help="baseline folder")
+    r.add_argument("--allow-cpu", action="store_true", help="allow a CPU baseline")
+    r.set_defaults(func=cmd_baseline_refresh)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: 2 for usage errors, 0 for --help
+        return int(exc.code or 0)
+    try:
+        return int(args.func(args))
+    except GuardError as exc:
+        print(f"guard: error: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("guard: interrupted; no results or baselines were written", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""The guard's operations, one typed function per CLI command.
+
+Every function returns values and raises ``GuardError`` (with its exit code); none
+prints. Progress goes to the ``progress`` callback the caller passes in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from guard import env as guard_env
+from guard import results
+from guard.compare import Comparison, compare_runs, replace_cases
+from guard.errors import BadInput, ExitCode, GuardError, InfraError
+from guard.results import RunResult
+from guard.runner import Arm, ProgressFn, Session, _noop
+from guard.suite import Suite, load_suite
+
+DEFAULT_SUITE = Path("suites/default.yaml")
+DEFAULT_BASELINES = Path("baselines")
+SEQUENTIAL_STEP = 2  # extra rounds per step for inconclusive cases
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    device: str = "auto"  # "auto", "cuda" or "cpu"
+    rounds: int | None = None  # override the suite's timing.rounds
+    max_rounds: int | None = None
+    seed: int | None = None
+    fault_modules: tuple[str, ...] = ()  # tests: modules that register extra kernels
+    sys_path: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CompareOutcome:
+    """A comparison, or the measured run with the reason no verdict could be given."""
+
+    candidate: RunResult
+    comparison: Comparison | None
+    no_verdict_reason: str = ""
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.comparison is not None:
+            return self.comparison.exit_code
+        if self.candidate.correctness_failures:
+            return ExitCode.FAIL
+        if any(c.case.gate for c in self.candidate.infra_failures):
+            return ExitCode.INFRA
+        return ExitCode.BAD_INPUT  # nothing to compare with: a configuration problem
+
+
+def open_suite(
+    path: str | Path = DEFAULT_SUITE,
+    kernels: Sequence[str] | None = None,
+    cases: Sequence[str] | None = None,
+) -> Suite:
+    return load_suite(path).select(list(kernels or []), list(cases or []))
+
+
+def _session(
+    suite: Suite, opts: MeasureOptions, progress: ProgressFn, arms: Sequence[Arm] = (Arm(),)
+) -> Session:
+    device, reason = guard_env.pick_device(opts.device)
+    if opts.device == "cuda" and device != "cuda":
+        raise InfraError(f"--device cuda: no GPU here ({reason})")
+    return Session(
+        suite,
+        device=device,
+        arms=arms,
+        seed=opts.seed,
+        progress=progress,
+        fault_modules=opts.fault_modules,
+        sys_path=opts.sys_path,
+        cpu_fallback_reason=reason,
+    )
+
+
+def _plan_rounds(session: Session, opts: MeasureOptions) -> tuple[int, int]:
+    rounds = opts.rounds or session.plan.rounds
+    max_rounds = max(rounds, opts.max_rounds or session.plan.max_rounds)
+    return rounds, max_rounds
+
+
+def check(
+    suite: Suite, opts: MeasureOptions = MeasureOptions(), progress: ProgressFn = _noop
+) -> RunResult:
+    """Correctness only."""
+    session = _session(suite, opts, progress)
+    session.check()
+    return session.results()["candidate"]
+
+
+def run(
+    suite: Suite, opts: MeasureOptions = MeasureOptions(), progress: ProgressFn = _noop
+) -> RunResult:
+    """Correctness, then timing rounds."""
+    session = _session(suite, opts, progress)
+    session.check()
+    rounds, _ = _plan_rounds(session, opts)
+    session.time(rounds)
+    return session.results()["candidate"]
+
+
+def baseline_path(directory: str | Path, gpu_slug: str) -> Path:
+    return Path(directory) / f"{gpu_slug}.json"
+
+
+def load_results(path: str | Path) -> RunResult:
+    return results.load(path)
+
+
+def load_baseline_at_ref(ref: str, relpath: str | Path, repo: str | Path = ".") -> RunResult | None:
+    """The baseline file as committed at ``ref`` (None when it does not exist there)."""
+    spec = f"{ref}:{Path(relpath).as_posix()}"
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(repo), "show", spec], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise InfraError(f"git show {spec}: {exc}") from None
+    if proc.returncode != 0:
+        err = proc.stderr.strip()
+        if "does not exist" in err or "exists on disk, but not in" in err:
+            return None
+        raise BadInput(f"git show {spec}: {err.splitlines()[-1] if err else 'failed'}")
+    return results.loads(proc.stdout, spec)
+
+
+def _sequential(session: Session, baseline_of, opts: MeasureOptions, alpha: float) -> Comparison:
+    """Measure the planned rounds, then more rounds while gated cases stay inconclusive."""
+    rounds, max_rounds = _plan_rounds(session, opts)
+    session.time(rounds)
+    comparison = compare_runs(*baseline_of(), alpha=alpha)
+    while comparison.inconclusive_ids() and session.rounds_done < max_rounds:
+        step = min(SEQUENTIAL_STEP, max_rounds - session.rounds_done)
+        session.time(step, comparison.inconclusive_ids())
+        comparison = compare_runs(*baseline_of(), alpha=alpha)
+    return comparison
+
+
+def compare_with_baseline(
+    suite: Suite,
+    baseline: RunResult | None,
+    *,
+    missing_reason: str = "",
+    opts: MeasureOptions = MeasureOptions(),
+    progress: ProgressFn = _noop,
+    confirm_ref: str | None = None,
+) -> CompareOutcome:
+    """Measure this tree and compare with a stored baseline (``None``: report only)."""
+    session = _session(suite, opts, progress)
+    here = session.environment
+    if baseline is not None and baseline.environment.gpu_slug != here.gpu_slug:
+        raise BadInput(
+            f"{baseline.label}: environment.gpu_slug: recorded on "
+            f"{baseline.environment.gpu_name!r}, this machine is {here.gpu_name!r}"
+        )
+    session.check()
+    if baseline is None:
+        rounds, _ = _plan_rounds(session, opts)
+        session.time(rounds)
+        return CompareOutcome(session.results()["candidate"], None, missing_reason)
+    comparison = _sequential(
+        session, lambda: (baseline, session.results()["candidate"]), opts, suite.timing.alpha
+    )
+    regressed = [c.case_id for c in comparison.cases if c.fails and c.interval is not None]
+    if confirm_ref and regressed:
+        names = sorted({c.split("/", 1)[1] for c in regressed})
+        kernels_ = sorted({c.split("/", 1)[0] for c in regressed})
+        confirm = compare_against(
+            suite.select(kernels_, names), confirm_ref, opts=opts, progress=progress
+        )
+        comparison = replace_cases(comparison, confirm)
+    return CompareOutcome(comparison.candidate, comparison)
+
+
+@contextlib.contextmanager
+def worktree(ref: str, repo: str | Path = ".") -> Iterator[Path]:
+    """A temporary detached checkout of ``ref``, removed afterwards."""
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=300
+        )
+
+    resolved = git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if resolved.returncode != 0:
+        raise BadInput(f"--against {ref}: not a commit in this repository")
+    tmp = Path(tempfile.mkdtemp(prefix="guard-against-"))
+    path = tmp / "tree"
+    added = git("worktree", "add", "--detach", str(path), resolved.stdout.strip())
+    if added.returncode != 0:
+        raise InfraError(f"git worktree add {ref}: {added.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        git("worktree", "remove", "--force", str(path))
+        git("worktree", "prune")
+
+
+def compare_against(
+    suite: Suite,
+    ref: str,
+    *,
+    opts: MeasureOptions = MeasureOptions(),
+    progress: ProgressFn = _noop,
+    repo: str | Path = ".",
+) -> Comparison:
+    """Measure ``ref``'s kernels and this tree's, interleaved round by round, and compare."""
+    with worktree(ref, repo) as tree:
+        arms = (Arm("baseline", str(tree), ref), Arm("candidate", None, "working tree"))
+        session = _session(suite, opts, progress, arms)
+        session.check()
+
+        def pair() -> tuple[RunResult, RunResult]:
+            res = session.results()
+            return res["baseline"], res["candidate"]
+
+        return _sequential(session, pair, opts, suite.timing.alpha)
+
+
+def compare_files(
+    baseline_path_: str | Path, candidate_path: str | Path, alpha: float = 0.01
+) -> Comparison:
+    return compare_runs(results.load(baseline_path_), results.load(candidate_path), alpha=alpha)
+
+
+@dataclass(frozen=True)
+class BaselineChange:
+    case_id: str
+    old_median: float | None
+    new_median: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.old_median and self.new_median:
+            return self.new_median / self.old_median
+        return None
+
+
+@dataclass(frozen=True)
+class RefreshOutcome:
+    path: Path
+    run: RunResult
+    previous: RunResult | None
+    changes: tuple[BaselineChange, ...]
+
+
+def refresh_baseline(
+    suite: Suite,
+    directory: str | Path = DEFAULT_BASELINES,
+    *,
+    opts: MeasureOptions = MeasureOptions(),
+    progress: ProgressFn = _noop,
+    allow_cpu: bool = False,
+) -> RefreshOutcome:
+    """Measure the suite here and rewrite ``<directory>/<gpu>.json`` atomically."""
+    measured = run(suite, opts, progress)
+    if measured.environment.device != "cuda" and not allow_cpu:
+        raise InfraError(
+            "baseline refresh needs a GPU: "
+            f"{measured.environment.cpu_fallback_reason or 'no CUDA device'} "
+            "(pass --allow-cpu to record a CPU baseline anyway)"
+        )
+    if measured.correctness_failures:
+        ids = ", ".join(c.id for c in measured.correctness_failures[:5])
+        raise GuardError(f"refusing to write a baseline: wrong results in {ids}", ExitCode.FAIL)
+    gated_errors = [c for c in measured.infra_failures if c.case.gate]
+    if gated_errors:
+        ids = ", ".join(f"{c.id} ({c.status})" for c in gated_errors[:5])
+        raise InfraError(f"refusing to write a baseline: gated cases failed to run: {ids}")
+    path = baseline_path(directory, measured.environment.gpu_slug)
+    previous = None
+    if path.exists():
+        try:
+            previous = results.load(path)
+        except BadInput:
+            previous = None  # a broken old baseline is replaced, and said so by the caller
+    changes = []
+    for case in measured.cases:
+        old = previous.case(case.id) if previous else None
+        changes.append(BaselineChange(case.id, old.median if old else None, case.median))
+    results.save(measured, path)
+    return RefreshOutcome(path, measured, previous, tuple(changes))
+
+
+def list_cases(suite: Suite, device: str = "auto") -> list[tuple[str, str, str]]:
+    """(case id, kernel, availability) for every case; imports no kernel module."""
+    import kernels
+
+    dev, _ = guard_env.pick_device(device)
+    out = []
+    probes: dict[str, str] = {}
+    for case in suite.cases:
+        if case.kernel not in probes:
+            try:
+                probes[case.kernel] = kernels.get(case.kernel).probe(dev) or "available"
+            except Exception as exc:
+                probes[case.kernel] = f"probe failed: {exc}"
+        out.append((case.id, case.kernel, probes[case.kernel]))
+    return out

@@ -1,0 +1,201 @@
+"""Inside a worker process: check one case's output, then time it.
+
+Correctness: fresh random inputs from a recorded seed, a NaN-poisoned output buffer
+with NaN guard regions on both sides (kernels that accept ``out=``), or a NaN-filled
+block freed just before the call so the caching allocator hands it to the kernel
+(kernels that allocate their own output); a float32 reference (float64 on the CPU);
+relative-norm and max error against ``factor * yardstick + floor``; NaN/Inf fail.
+
+Timing on a GPU: a sample is one CUDA-graph replay of ``k`` calls, ``k`` sized so the
+replay takes about ``sample_target_ms``, timed with a CUDA event pair and divided by
+``k``. Beside it, a host-inclusive per-call time of plain eager calls (what a user
+pays for launch-bound shapes). On the CPU: perf_counter around ``k`` calls.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from guard.results import Correctness
+from guard.suite import Case, TimingPlan, Tolerance
+
+GUARD_ELEMS = 4096  # NaN guard region on each side of an ``out=`` buffer
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+class OutOfBoundsWrite(RuntimeError):
+    """The kernel wrote into the guard region around its output buffer."""
+
+
+def make_inputs(case: Case, seed: int, device: str):
+    """Fresh standard-normal q, k, v for ``case`` (never zeros; seed recorded by the caller)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    s, dtype = case.shape, DTYPES[case.dtype]
+
+    def rand(heads: int, seq: int) -> torch.Tensor:
+        shape = (s.batch, heads, seq, s.head_dim)
+        return torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
+
+    return rand(s.heads, s.seq_q), rand(s.hkv, s.sk), rand(s.hkv, s.sk)
+
+
+def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    diff = out.to(ref.dtype) - ref
+    rel = float(torch.linalg.vector_norm(diff) / torch.linalg.vector_norm(ref).clamp_min(1e-30))
+    return rel, float(diff.abs().max()) if diff.numel() else 0.0
+
+
+def call_kernel(fn: Callable, q, k, v, causal: bool, accepts_out: bool) -> torch.Tensor:
+    """Run ``fn`` once on a NaN-poisoned output; raise OutOfBoundsWrite on a stray write."""
+    if accepts_out:
+        flat = torch.full((q.numel() + 2 * GUARD_ELEMS,), math.nan, dtype=q.dtype, device=q.device)
+        out = flat[GUARD_ELEMS : GUARD_ELEMS + q.numel()].view(q.shape)
+        result = fn(q, k, v, causal=causal, out=out)
+        if q.device.type == "cuda":
+            torch.cuda.synchronize()
+        if not (torch.isnan(flat[:GUARD_ELEMS]).all() and torch.isnan(flat[-GUARD_ELEMS:]).all()):
+            raise OutOfBoundsWrite(
+                "the kernel wrote outside its output buffer (guard region changed)"
+            )
+        if result is not None and result.data_ptr() != out.data_ptr():
+            return result
+        return out
+    # Best effort for kernels that allocate: leave a NaN block of the output's size in
+    # the caching allocator's free list, where the kernel's allocation will find it.
+    poison = torch.full(q.shape, math.nan, dtype=q.dtype, device=q.device)
+    del poison
+    result = fn(q, k, v, causal=causal)
+    if q.device.type == "cuda":
+        torch.cuda.synchronize()
+    return result
+
+
+def check(
+    fn: Callable, case: Case, tol: Tolerance, seed: int, device: str, accepts_out: bool
+) -> Correctness:
+    """Compare the kernel with a high-precision reference on fresh inputs."""
+    from kernels.reference import attention_reference
+    from kernels.sdpa import sdpa_default
+
+    q, k, v = make_inputs(case, seed, device)
+    ref_dtype = torch.float64 if device == "cpu" else torch.float32
+    ref = attention_reference(q, k, v, causal=case.causal, dtype=ref_dtype)
+    yard_rel, yard_max = _errors(sdpa_default(q, k, v, causal=case.causal), ref)
+    rel_bound = tol.factor * yard_rel + tol.rel_norm_floor
+    max_bound = tol.factor * yard_max + tol.max_abs_floor
+
+    def result(passed: bool, rel=None, mx=None, message: str = "") -> Correctness:
+        return Correctness(passed, rel, mx, rel_bound, max_bound, yard_rel, seed, message)
+
+    out = call_kernel(fn, q, k, v, case.causal, accepts_out)
+    if not isinstance(out, torch.Tensor):
+        return result(False, message=f"returned {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != tuple(q.shape):
+        return result(False, message=f"output shape {tuple(out.shape)}, expected {tuple(q.shape)}")
+    if out.dtype != q.dtype:
+        return result(False, message=f"output dtype {out.dtype}, expected {q.dtype}")
+    finite = torch.isfinite(out)
+    if not bool(finite.all()):
+        bad = int((~finite).sum())
+        return result(False, message=f"{bad} of {out.numel()} outputs are NaN/Inf (or unwritten)")
+    rel, mx = _errors(out, ref)
+    if rel > rel_bound or mx > max_bound:
+        return result(
+            False,
+            rel,
+            mx,
+            f"error over tolerance: rel-norm {rel:.3g} (bound {rel_bound:.3g}), "
+            f"max {mx:.3g} (bound {max_bound:.3g})",
+        )
+    return result(True, rel, mx)
+
+
+@dataclass(frozen=True)
+class Timing:
+    samples: tuple[float, ...]  # seconds per call
+    host_samples: tuple[float, ...]  # host-inclusive seconds per call
+    method: str
+    calls_per_sample: int
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _host_per_call(run: Callable[[], object], device: str, calls: int, n: int) -> tuple[float, ...]:
+    out = []
+    for _ in range(n):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            run()
+        _sync(device)
+        out.append((time.perf_counter() - t0) / calls)
+    return tuple(out)
+
+
+def time_case(fn: Callable, case: Case, plan: TimingPlan, seed: int, device: str) -> Timing:
+    """Time ``fn`` on fresh inputs; see the module docstring for what a sample is."""
+    q, k, v = make_inputs(case, seed, device)
+
+    def run() -> object:
+        return fn(q, k, v, causal=case.causal)
+
+    # Warm up (compilation, autotune lookups, cuDNN plans) and estimate one call.
+    run()
+    _sync(device)
+    t0 = time.perf_counter()
+    n = 0
+    while n < 3 or (time.perf_counter() - t0) * 1e3 < plan.warmup_ms:
+        run()
+        n += 1
+        if n % 8 == 0:
+            _sync(device)
+    _sync(device)
+    per_call = (time.perf_counter() - t0) / n
+    calls = max(1, min(10_000, round(plan.sample_target_ms * 1e-3 / max(per_call, 1e-9))))
+
+    if device != "cuda":
+        samples = _host_per_call(run, device, calls, plan.samples_per_round)
+        return Timing(samples, samples[: plan.host_samples], "cpu-timer", calls)
+
+    host = _host_per_call(run, device, calls, plan.host_samples)
+    method, replay = "cuda-graph", None
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            run()  # a warm call on the capture stream
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                run()
+        replay = graph.replay
+        replay()
+        torch.cuda.synchronize()
+    except Exception:  # some backends cannot be captured: fall back to eager calls
+        method = "cuda-events"
+        torch.cuda.synchronize()
+
+        def replay() -> None:
+            for _ in range(calls):
+                run()
+
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(plan.samples_per_round):
+        start.record()
+        replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e-3 / calls)
+    return Timing(tuple(samples), host, method, calls)

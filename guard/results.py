@@ -1,0 +1,573 @@
+"""Results and baselines on disk: one JSON format for both.
+
+The file is a pytest-benchmark JSON document (``machine_info``, ``commit_info``,
+``benchmarks`` with ``stats.data``), so ``pytest-benchmark compare`` reads it, and
+carries the guard's own record under the key ``guard`` with an integer
+``schema_version`` that is independent of the package version.
+
+Format changes (bump ``SCHEMA_VERSION`` and add ``migrate_to_N`` for each):
+  1 (2026-11): first version.
+
+Readers migrate older files and refuse newer ones; every field is validated on
+load and a failure raises ``BadInput`` naming the file and the field.
+Writers write atomically (temporary file in the same folder, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from guard import stats
+from guard.errors import BadInput
+from guard.suite import Case
+
+SCHEMA_VERSION = 1
+PYTEST_BENCHMARK_VERSION = "5.2.3"  # the format we write; the reader accepts any 3.x-5.x
+MAX_SAMPLES_PER_CASE = 1_000_000  # refuse absurd files before they eat memory
+
+# Case status values. Only OK cases carry samples.
+OK = "ok"
+WRONG = "wrong"  # ran, but the output is wrong (NaN, unwritten, over tolerance)
+CRASHED = "crashed"  # raised, or the worker died
+TIMEOUT = "timeout"
+UNAVAILABLE = "unavailable"  # cannot run on this machine (no GPU, no backend)
+BUILD_FAILED = "build_failed"
+STATUSES = (OK, WRONG, CRASHED, TIMEOUT, UNAVAILABLE, BUILD_FAILED)
+INFRA_STATUSES = (CRASHED, TIMEOUT, BUILD_FAILED)
+
+
+@dataclass(frozen=True)
+class Correctness:
+    passed: bool
+    rel_norm_err: float | None
+    max_abs_err: float | None
+    rel_norm_bound: float | None
+    max_abs_bound: float | None
+    yardstick_rel_norm_err: float | None  # torch SDPA in the same dtype vs the reference
+    seed: int
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What one run learned about one case."""
+
+    case: Case
+    status: str
+    reason: str = ""
+    correctness: Correctness | None = None
+    rounds: tuple[tuple[float, ...], ...] = ()  # device seconds per call, one tuple a round
+    host_rounds: tuple[tuple[float, ...], ...] = ()  # host-inclusive seconds per call
+    kernel_hash: str = ""
+    method: str = ""  # "cuda-graph", "cuda-events", "cpu-timer"
+    calls_per_sample: tuple[int, ...] = ()
+    worker_output: str = ""  # tail of the worker's output when it failed
+
+    @property
+    def id(self) -> str:
+        return self.case.id
+
+    @property
+    def samples(self) -> list[float]:
+        return [s for r in self.rounds for s in r]
+
+    @property
+    def median(self) -> float | None:
+        s = self.samples
+        return float(sorted(s)[len(s) // 2]) if s else None
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The machine a run measured on. ``gpu_slug`` names the baseline file."""
+
+    device: str  # "cuda" or "cpu"
+    gpu_name: str
+    gpu_slug: str
+    driver: str = ""
+    cuda: str = ""
+    torch: str = ""
+    triton: str = ""
+    python: str = ""
+    host: str = ""
+    sm_clock_max_mhz: float | None = None
+    mem_clock_max_mhz: float | None = None
+    commit: str = ""
+    commit_dirty: bool = False
+    branch: str = ""
+    cpu_fallback_reason: str = ""
+
+    def differences(self, other: Environment) -> list[tuple[str, str, str]]:
+        """(field, ours, theirs) for every field that matters to timing and differs."""
+        keys = (
+            "gpu_name",
+            "driver",
+            "cuda",
+            "torch",
+            "triton",
+            "sm_clock_max_mhz",
+            "mem_clock_max_mhz",
+        )
+        out = []
+        for key in keys:
+            a, b = getattr(self, key), getattr(other, key)
+            if a != b:
+                out.append((key, str(a), str(b)))
+        return out
+
+
+@dataclass(frozen=True)
+class RoundInfo:
+    """One fresh worker process: when, in what order, and the GPU's state around it."""
+
+    index: int
+    arm: str  # "candidate" or "baseline" (the --against arm)
+    started: str
+    duration_s: float
+    order: tuple[str, ...] = ()
+    gpu_state: dict[str, Any] = field(default_factory=dict)
+    throttled: bool = False
+
+
+@dataclass(frozen=True)
+class RunResult:
+    schema_version: int
+    created: str
+    suite_name: str
+    suite_hash: str
+    environment: Environment
+    cases: tuple[CaseResult, ...]
+    rounds: tuple[RoundInfo, ...] = ()
+    notes: tuple[str, ...] = ()
+    label: str = ""  # where it came from (file name, git ref); not stored
+
+    def case(self, case_id: str) -> CaseResult | None:
+        for c in self.cases:
+            if c.id == case_id:
+                return c
+        return None
+
+    @property
+    def correctness_failures(self) -> list[CaseResult]:
+        return [c for c in self.cases if c.status == WRONG]
+
+    @property
+    def infra_failures(self) -> list[CaseResult]:
+        return [c for c in self.cases if c.status in INFRA_STATUSES]
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+# ------------------------------------------------------------------------- writing
+
+
+def _pytest_benchmark_entry(result: CaseResult) -> dict[str, Any]:
+    case = result.case
+    samples = result.samples
+    entry: dict[str, Any] = {
+        "group": case.name,
+        "name": f"attention[{case.kernel}-{case.name}]",
+        "fullname": f"guard::attention[{case.kernel}-{case.name}]",
+        "params": case.params(),
+        "param": f"{case.kernel}-{case.name}",
+        "extra_info": {"status": result.status, "reason": result.reason},
+        "options": {
+            "disable_gc": False,
+            "timer": result.method or "none",
+            "min_rounds": len(result.rounds),
+            "max_time": 0,
+            "min_time": 0,
+            "warmup": True,
+        },
+    }
+    if samples:
+        entry["stats"] = {**stats.summary(samples), "data": samples}
+    else:  # pytest-benchmark needs a stats block; a failed case has no samples
+        entry["stats"] = {**stats.summary([math.inf]), "data": []}
+    return entry
+
+
+def _case_record(r: CaseResult) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "case": r.case.to_json(),
+        "status": r.status,
+        "reason": r.reason,
+        "correctness": None if r.correctness is None else r.correctness.__dict__,
+        "rounds": [list(x) for x in r.rounds],
+        "host_rounds": [list(x) for x in r.host_rounds],
+        "kernel_hash": r.kernel_hash,
+        "method": r.method,
+        "calls_per_sample": list(r.calls_per_sample),
+        "worker_output": r.worker_output,
+    }
+
+
+def to_json(run: RunResult) -> dict[str, Any]:
+    env = run.environment
+    ok_cases = [c for c in run.cases if c.status == OK]
+    return {
+        "machine_info": {
+            "node": env.host,
+            "processor": platform.processor(),
+            "machine": platform.machine(),
+            "python_implementation": platform.python_implementation(),
+            "python_version": env.python,
+            "system": platform.system(),
+            "release": platform.release(),
+            "gpu": env.gpu_name,
+            "cpu": {},
+        },
+        "commit_info": {
+            "id": env.commit,
+            "dirty": env.commit_dirty,
+            "branch": env.branch,
+            "project": "attn-guard",
+        },
+        "benchmarks": [_pytest_benchmark_entry(c) for c in ok_cases],
+        "datetime": run.created,
+        "version": PYTEST_BENCHMARK_VERSION,
+        "guard": {
+            "schema_version": SCHEMA_VERSION,
+            "created": run.created,
+            "suite_name": run.suite_name,
+            "suite_hash": run.suite_hash,
+            "environment": env.__dict__,
+            "cases": [_case_record(c) for c in run.cases],
+            "rounds": [{**r.__dict__, "order": list(r.order)} for r in run.rounds],
+            "notes": list(run.notes),
+        },
+    }
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the new, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def save(run: RunResult, path: str | Path) -> None:
+    write_atomic(path, json.dumps(to_json(run), indent=1, allow_nan=False) + "\n")
+
+
+# ------------------------------------------------------------------------- reading
+
+
+class _Reader:
+    """Typed field access that names the file and field on failure."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, msg: str) -> BadInput:
+        return BadInput(f"{self.source}: {where}: {msg}")
+
+    def get(
+        self, data: Any, key: str, where: str, kind: type | tuple[type, ...], default: Any = ...
+    ) -> Any:
+        if not isinstance(data, dict):
+            raise self.fail(where, "must be an object")
+        if key not in data:
+            if default is ...:
+                raise self.fail(f"{where}.{key}" if where else key, "missing")
+            return default
+        value = data[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) and bool not in kinds:
+            raise self.fail(f"{where}.{key}" if where else key, f"must be {kinds[0].__name__}")
+        if not isinstance(value, kinds):
+            raise self.fail(
+                f"{where}.{key}" if where else key,
+                f"must be {' or '.join(k.__name__ for k in kinds)}, got {type(value).__name__}",
+            )
+        return value
+
+    def times(self, value: Any, where: str) -> tuple[float, ...]:
+        if not isinstance(value, list):
+            raise self.fail(where, "must be a list of times")
+        out = []
+        for i, x in enumerate(value):
+            if isinstance(x, bool) or not isinstance(x, (int, float)):
+                raise self.fail(f"{where}[{i}]", f"must be a number, got {type(x).__name__}")
+            if not math.isfinite(x) or x <= 0:
+                raise self.fail(f"{where}[{i}]", f"must be a finite positive time, got {x!r}")
+            out.append(float(x))
+        return tuple(out)
+
+    def opt_float(self, data: dict[str, Any], key: str, where: str) -> float | None:
+        value = self.get(data, key, where, (int, float, type(None)), None)
+        if value is not None and not math.isfinite(value):
+            raise self.fail(f"{where}.{key}", "must be finite")
+        return None if value is None else float(value)
+
+
+def _case_from(reader: _Reader, rec: Any, where: str) -> CaseResult:
+    case_data = reader.get(rec, "case", where, dict)
+    try:
+        case = Case.from_json(case_data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise reader.fail(f"{where}.case", f"malformed ({exc})") from None
+    if "/" in case.name or "\\" in case.name or "/" in case.kernel:
+        raise reader.fail(f"{where}.case.name", "must not contain path separators")
+    status = reader.get(rec, "status", where, str)
+    if status not in STATUSES:
+        raise reader.fail(f"{where}.status", f"unknown status {status!r}")
+    corr = reader.get(rec, "correctness", where, (dict, type(None)), None)
+    correctness = None
+    if corr is not None:
+        cw = f"{where}.correctness"
+        correctness = Correctness(
+            passed=reader.get(corr, "passed", cw, bool),
+            rel_norm_err=reader.opt_float(corr, "rel_norm_err", cw),
+            max_abs_err=reader.opt_float(corr, "max_abs_err", cw),
+            rel_norm_bound=reader.opt_float(corr, "rel_norm_bound", cw),
+            max_abs_bound=reader.opt_float(corr, "max_abs_bound", cw),
+            yardstick_rel_norm_err=reader.opt_float(corr, "yardstick_rel_norm_err", cw),
+            seed=reader.get(corr, "seed", cw, int),
+            message=reader.get(corr, "message", cw, str, ""),
+        )
+    raw_rounds = reader.get(rec, "rounds", where, list, [])
+    rounds = tuple(reader.times(r, f"{where}.rounds[{i}]") for i, r in enumerate(raw_rounds))
+    raw_host = reader.get(rec, "host_rounds", where, list, [])
+    host = tuple(reader.times(r, f"{where}.host_rounds[{i}]") for i, r in enumerate(raw_host))
+    if sum(len(r) for r in rounds) > MAX_SAMPLES_PER_CASE:
+        raise reader.fail(f"{where}.rounds", f"more than {MAX_SAMPLES_PER_CASE} samples")
+    if status == OK and sum(len(r) for r in rounds) == 0:
+        raise reader.fail(f"{where}.rounds", "an 'ok' case must hold samples")
+    cps = reader.get(rec, "calls_per_sample", where, list, [])
+    return CaseResult(
+        case=case,
+        status=status,
+        reason=reader.get(rec, "reason", where, str, ""),
+        correctness=correctness,
+        rounds=rounds,
+        host_rounds=host,
+        kernel_hash=reader.get(rec, "kernel_hash", where, str, ""),
+        method=reader.get(rec, "method", where, str, ""),
+        calls_per_sample=tuple(int(x) for x in cps if isinstance(x, int)),
+        worker_output=reader.get(rec, "worker_output", where, str, ""),
+    )
+
+
+_ENV_STR = (
+    "device",
+    "gpu_name",
+    "gpu_slug",
+    "driver",
+    "cuda",
+    "torch",
+    "triton",
+    "python",
+    "host",
+    "commit",
+    "branch",
+    "cpu_fallback_reason",
+)
+
+
+def _environment_from(reader: _Reader, data: Any, where: str) -> Environment:
+    values: dict[str, Any] = {}
+    for key in _ENV_STR:
+        values[key] = reader.get(data, key, where, str, "")
+    for key in ("device", "gpu_slug"):
+        if not values[key]:
+            raise reader.fail(f"{where}.{key}", "missing")
+    if (
+        "/" in values["gpu_slug"]
+        or "\\" in values["gpu_slug"]
+        or values["gpu_slug"].startswith(".")
+    ):
+        raise reader.fail(f"{where}.gpu_slug", "must not contain path separators")
+    values["commit_dirty"] = reader.get(data, "commit_dirty", where, bool, False)
+    values["sm_clock_max_mhz"] = reader.opt_float(data, "sm_clock_max_mhz", where)
+    values["mem_clock_max_mhz"] = reader.opt_float(data, "mem_clock_max_mhz", where)
+    return Environment(**values)
+
+
+# Migrations: MIGRATIONS[n] turns a version n-1 "guard" record into version n.
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def _migrate(reader: _Reader, record: dict[str, Any]) -> dict[str, Any]:
+    version = reader.get(record, "schema_version", "guard", int)
+    if version > SCHEMA_VERSION:
+        raise reader.fail(
+            "guard.schema_version",
+            f"version {version} is newer than this guard understands ({SCHEMA_VERSION}); "
+            "upgrade the guard",
+        )
+    if version < 1:
+        raise reader.fail("guard.schema_version", f"invalid version {version}")
+    while version < SCHEMA_VERSION:
+        version += 1
+        record = MIGRATIONS[version](record)
+        record["schema_version"] = version
+    return record
+
+
+def from_json(data: Any, source: str) -> RunResult:
+    """Parse a results or baseline document (the guard's own, or plain pytest-benchmark)."""
+    reader = _Reader(source)
+    if not isinstance(data, dict):
+        raise BadInput(f"{source}: not a results file (the top level must be a JSON object)")
+    if "guard" not in data:
+        return _from_pytest_benchmark(reader, data)
+    record = _migrate(reader, reader.get(data, "guard", "", dict))
+    env = _environment_from(
+        reader, reader.get(record, "environment", "guard", dict), "guard.environment"
+    )
+    raw_cases = reader.get(record, "cases", "guard", list)
+    cases = tuple(_case_from(reader, rec, f"guard.cases[{i}]") for i, rec in enumerate(raw_cases))
+    seen: set[str] = set()
+    for i, c in enumerate(cases):
+        if c.id in seen:
+            raise reader.fail(f"guard.cases[{i}]", f"duplicate case {c.id!r}")
+        seen.add(c.id)
+    rounds = []
+    for i, r in enumerate(reader.get(record, "rounds", "guard", list, [])):
+        w = f"guard.rounds[{i}]"
+        rounds.append(
+            RoundInfo(
+                index=reader.get(r, "index", w, int),
+                arm=reader.get(r, "arm", w, str, "candidate"),
+                started=reader.get(r, "started", w, str, ""),
+                duration_s=float(reader.get(r, "duration_s", w, (int, float), 0.0)),
+                order=tuple(reader.get(r, "order", w, list, [])),
+                gpu_state=reader.get(r, "gpu_state", w, dict, {}),
+                throttled=reader.get(r, "throttled", w, bool, False),
+            )
+        )
+    return RunResult(
+        schema_version=SCHEMA_VERSION,
+        created=reader.get(record, "created", "guard", str, ""),
+        suite_name=reader.get(record, "suite_name", "guard", str),
+        suite_hash=reader.get(record, "suite_hash", "guard", str, ""),
+        environment=env,
+        cases=cases,
+        rounds=tuple(rounds),
+        notes=tuple(str(n) for n in reader.get(record, "notes", "guard", list, [])),
+        label=source,
+    )
+
+
+def _from_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> RunResult:
+    """A plain pytest-benchmark file: each benchmark becomes a case of the kernel "pytest".
+
+    pytest-benchmark keeps no process structure, so each sample counts as one round
+    (independent): say so, because that understates noise between processes.
+    """
+    from guard.stats import Threshold
+    from guard.suite import Shape
+
+    benches = reader.get(data, "benchmarks", "", list)
+    machine = reader.get(data, "machine_info", "", dict, {})
+    commit = reader.get(data, "commit_info", "", dict, {})
+    cases = []
+    seen: set[str] = set()
+    for i, bench in enumerate(benches):
+        where = f"benchmarks[{i}]"
+        name = reader.get(bench, "fullname", where, str, None) or reader.get(
+            bench, "name", where, str
+        )
+        st = reader.get(bench, "stats", where, dict)
+        if "data" not in st:
+            raise reader.fail(
+                f"{where}.stats.data",
+                f"benchmark {name!r} has no raw samples; save it with --benchmark-save-data",
+            )
+        samples = reader.times(st["data"], f"{where}.stats.data")
+        if len(samples) < 2:
+            raise reader.fail(f"{where}.stats.data", f"benchmark {name!r} has fewer than 2 samples")
+        if name in seen:
+            raise reader.fail(where, f"duplicate benchmark {name!r}")
+        seen.add(name)
+        safe = name.replace("/", "|").replace("\\", "|")
+        case = Case(
+            safe, "pytest", Shape(1, 1, 1, 1), "float32", False, Threshold.parse("median:5%"), True
+        )
+        cases.append(
+            CaseResult(
+                case=case, status=OK, rounds=tuple((s,) for s in samples), method="pytest-benchmark"
+            )
+        )
+    host = str(machine.get("node", "")) if isinstance(machine, dict) else ""
+    env = Environment(
+        device="unknown",
+        gpu_name=str(machine.get("gpu", "")) or "unknown",
+        gpu_slug="pytest-benchmark",
+        python=str(machine.get("python_version", "")),
+        host=host,
+        commit=str(commit.get("id", "")) if isinstance(commit, dict) else "",
+    )
+    return RunResult(
+        schema_version=SCHEMA_VERSION,
+        created=str(data.get("datetime", "")),
+        suite_name="pytest-benchmark",
+        suite_hash="",
+        environment=env,
+        cases=tuple(cases),
+        notes=("pytest-benchmark file: no process structure, each sample treated as a round",),
+        label=reader.source,
+    )
+
+
+def load(path: str | Path, *, max_bytes: int = 512 * 1024 * 1024) -> RunResult:
+    """Read a results or baseline file; BadInput names the file and field at fault."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > max_bytes:
+            raise BadInput(f"{path}: file is {size} bytes, over the {max_bytes}-byte limit")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{path}: cannot read ({exc})") from None
+    return loads(text, str(path))
+
+
+def _no_constants(name: str) -> float:
+    raise ValueError(f"{name} is not allowed in a results file")
+
+
+def loads(text: str, source: str) -> RunResult:
+    if not text.strip():
+        raise BadInput(f"{source}: file is empty")
+    try:
+        data = json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as exc:
+        raise BadInput(
+            f"{source}: not valid JSON (line {exc.lineno}: {exc.msg}; truncated?)"
+        ) from None
+    except ValueError as exc:
+        raise BadInput(f"{source}: {exc}") from None
+    except RecursionError:
+        raise BadInput(f"{source}: JSON nested too deeply") from None
+    return from_json(data, source)
+
+
+def with_label(run: RunResult, label: str) -> RunResult:
+    return replace(run, label=label)

@@ -1,0 +1,397 @@
+"""Run a suite: correctness first, then timing rounds in fresh worker processes.
+
+Each round of each arm is one ``python -m guard.worker`` process; the arms (this tree,
+and the base ref's tree for ``--against``) alternate round by round, and the order of
+cases is shuffled in every round. A worker that crashes, hangs past the per-case
+timeout, or loses its CUDA context costs only the case it was on: the runner records
+that case's failure with the worker's last output and starts a fresh worker for the
+rest. Nothing is written here; callers save the returned results atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from guard import env as guard_env
+from guard.errors import InfraError
+from guard.results import (
+    CRASHED,
+    OK,
+    SCHEMA_VERSION,
+    TIMEOUT,
+    CaseResult,
+    Correctness,
+    Environment,
+    RoundInfo,
+    RunResult,
+    now_iso,
+)
+from guard.suite import Case, Suite, TimingPlan
+
+GUARD_ROOT = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT_S = 300.0  # torch import + CUDA init on a cold machine
+
+
+@dataclass(frozen=True)
+class Arm:
+    """What is measured: this checkout's kernels, or another tree's (``kernels_root``)."""
+
+    name: str = "candidate"
+    kernels_root: str | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress event for the CLI to render (the core never prints)."""
+
+    phase: str  # "check" or "time"
+    arm: str
+    round: int
+    total_rounds: int
+    case: str
+    done: int
+    total: int
+    message: str = ""
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def _noop(_: Progress) -> None:
+    pass
+
+
+@dataclass
+class _CaseState:
+    case: Case
+    status: str = OK
+    reason: str = ""
+    correctness: Correctness | None = None
+    rounds: list[tuple[float, ...]] = field(default_factory=list)
+    host_rounds: list[tuple[float, ...]] = field(default_factory=list)
+    kernel_hash: str = ""
+    method: str = ""
+    calls: list[int] = field(default_factory=list)
+    output: str = ""
+
+    def freeze(self) -> CaseResult:
+        return CaseResult(
+            case=self.case,
+            status=self.status,
+            reason=self.reason,
+            correctness=self.correctness,
+            rounds=tuple(self.rounds),
+            host_rounds=tuple(self.host_rounds),
+            kernel_hash=self.kernel_hash,
+            method=self.method,
+            calls_per_sample=tuple(self.calls),
+            worker_output=self.output,
+        )
+
+
+def case_seed(base: int, case_id: str, round_index: int) -> int:
+    return zlib.crc32(f"{base}:{case_id}:{round_index}".encode()) & 0x7FFFFFFF
+
+
+class Session:
+    """One measurement session over one or two arms. Not thread-safe."""
+
+    def __init__(
+        self,
+        suite: Suite,
+        *,
+        device: str,
+        arms: Sequence[Arm] = (Arm(),),
+        plan: TimingPlan | None = None,
+        seed: int | None = None,
+        progress: ProgressFn = _noop,
+        fault_modules: Sequence[str] = (),
+        sys_path: Sequence[str] = (),
+        python: str = sys.executable,
+        cpu_fallback_reason: str = "",
+    ) -> None:
+        self.suite = suite
+        self.device = device
+        self.arms = tuple(arms)
+        self.plan = plan or (suite.timing if device == "cuda" else suite.cpu_timing)
+        self.seed = seed if seed is not None else random.SystemRandom().randrange(1 << 31)
+        self.progress = progress
+        self.fault_modules = tuple(fault_modules)
+        self.sys_path = tuple(sys_path)
+        self.python = python
+        self.cpu_fallback_reason = cpu_fallback_reason
+        self.states = {a.name: {c.id: _CaseState(c) for c in suite.cases} for a in self.arms}
+        self.round_infos: dict[str, list[RoundInfo]] = {a.name: [] for a in self.arms}
+        self.rounds_done = 0
+        self.environment = guard_env.collect(device, cpu_fallback_reason)
+
+    # ------------------------------------------------------------------ phases
+
+    def check(self) -> None:
+        """Round 0: correctness of every case in every arm."""
+        for arm in self.arms:
+            cases = list(self.suite.cases)
+            self._round(arm, "check", cases, 0, 0)
+
+    def time(self, n_rounds: int, case_ids: Sequence[str] | None = None) -> None:
+        """``n_rounds`` more timing rounds of the cases that passed in every arm."""
+        wanted = set(case_ids) if case_ids is not None else None
+        cases = [
+            c
+            for c in self.suite.cases
+            if (wanted is None or c.id in wanted)
+            and all(self.states[a.name][c.id].status == OK for a in self.arms)
+        ]
+        if not cases:
+            return
+        total = self.rounds_done + n_rounds
+        for _ in range(n_rounds):
+            self.rounds_done += 1
+            r = self.rounds_done
+            arms = self.arms if r % 2 else tuple(reversed(self.arms))  # alternate who goes first
+            for arm in arms:
+                order = list(cases)
+                random.Random(self.seed + r).shuffle(order)
+                self._round(arm, "time", order, r, total)
+
+    def results(self) -> dict[str, RunResult]:
+        notes = []
+        if self.cpu_fallback_reason:
+            notes.append(f"ran on the CPU: {self.cpu_fallback_reason}")
+        out = {}
+        for arm in self.arms:
+            env = self.environment
+            if arm.kernels_root:
+                commit, dirty, branch = guard_env.git_info(arm.kernels_root)
+                env = replace(env, commit=commit, commit_dirty=dirty, branch=arm.label or branch)
+            out[arm.name] = RunResult(
+                schema_version=SCHEMA_VERSION,
+                created=now_iso(),
+                suite_name=self.suite.name,
+                suite_hash=self.suite.hash,
+                environment=env,
+                cases=tuple(s.freeze() for s in self.states[arm.name].values()),
+                rounds=tuple(self.round_infos[arm.name]),
+                notes=(*notes, f"seed {self.seed}"),
+                label=arm.label or arm.name,
+            )
+        return out
+
+    # ------------------------------------------------------------------ workers
+
+    def _job(self, arm: Arm, mode: str, cases: list[Case], round_index: int) -> dict[str, Any]:
+        tolerances = {k: asdict(v) for k, v in self.suite.tolerances.items()}
+        return {
+            "mode": mode,
+            "device": self.device,
+            "kernels_root": arm.kernels_root,
+            "plan": asdict(self.plan),
+            "tolerances": tolerances,
+            "fault_modules": list(self.fault_modules),
+            "sys_path": list(self.sys_path),
+            "cases": [
+                {**c.to_json(), "seed": case_seed(self.seed, c.id, round_index)} for c in cases
+            ],
+        }
+
+    def _round(
+        self, arm: Arm, mode: str, cases: list[Case], round_index: int, total_rounds: int
+    ) -> None:
+        states = self.states[arm.name]
+        remaining = [c for c in cases]
+        started, t0 = now_iso(), time.monotonic()
+        first_state: dict[str, Any] = {}
+        last_state: dict[str, Any] = {}
+        done = 0
+        while remaining:
+            job = self._job(arm, mode, remaining, round_index)
+            events = self._spawn(job)
+            current: str | None = None
+            progressed = False
+            for event in events:
+                kind = event.get("event")
+                if kind == "hello":
+                    first_state = first_state or event.get("gpu_state", {})
+                elif kind == "begin":
+                    current = event["case"]
+                    self.progress(
+                        Progress(
+                            mode, arm.name, round_index, total_rounds, current, done, len(cases)
+                        )
+                    )
+                elif kind == "result":
+                    cid = event["case"]
+                    self._record(states[cid], mode, event)
+                    remaining = [c for c in remaining if c.id != cid]
+                    current, progressed, done = None, True, done + 1
+                elif kind == "done":
+                    last_state = event.get("gpu_state", {})
+                elif kind in ("exit", "timeout", "fatal"):
+                    failed = current or (remaining[0].id if remaining else None)
+                    if failed is None:
+                        break
+                    status = TIMEOUT if kind == "timeout" else CRASHED
+                    reason = event.get("reason", "worker failed")
+                    self._fail(states[failed], status, reason, event.get("output", ""))
+                    remaining = [c for c in remaining if c.id != failed]
+                    done += 1
+                    progressed = True
+                    break
+            if remaining and not progressed:
+                # The worker died before any case (cannot start): fail the rest, loudly.
+                for c in remaining:
+                    self._fail(states[c.id], CRASHED, "worker exited before running any case", "")
+                break
+        self.progress(
+            Progress(mode, arm.name, round_index, total_rounds, "", len(cases), len(cases))
+        )
+        self.round_infos[arm.name].append(
+            RoundInfo(
+                index=round_index,
+                arm=arm.name,
+                started=started,
+                duration_s=round(time.monotonic() - t0, 3),
+                order=tuple(c.id for c in cases),
+                gpu_state={"start": first_state, "end": last_state},
+                throttled=guard_env.is_throttled(first_state) or guard_env.is_throttled(last_state),
+            )
+        )
+
+    def _record(self, state: _CaseState, mode: str, event: dict[str, Any]) -> None:
+        status = event.get("status", CRASHED)
+        if mode == "check":
+            corr = event.get("correctness")
+            state.correctness = Correctness(**corr) if corr else None
+            state.kernel_hash = event.get("kernel_hash", "")
+            if status != OK:
+                self._fail(state, status, event.get("reason", ""), event.get("output", ""))
+            return
+        if status != OK:
+            self._fail(state, status, event.get("reason", ""), event.get("output", ""))
+            return
+        state.rounds.append(tuple(float(x) for x in event["samples"]))
+        state.host_rounds.append(tuple(float(x) for x in event.get("host", [])))
+        state.method = event.get("method", "")
+        state.calls.append(int(event.get("calls", 1)))
+
+    @staticmethod
+    def _fail(state: _CaseState, status: str, reason: str, output: str) -> None:
+        if state.status == OK:  # keep the first failure
+            state.status, state.reason, state.output = status, reason, output
+
+    def _spawn(self, job: dict[str, Any]):
+        """Start a worker and yield its events; synthesize exit/timeout events."""
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(GUARD_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+        )
+        env["PYTHONUNBUFFERED"] = "1"
+        with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as err:
+            try:
+                proc = subprocess.Popen(
+                    [self.python, "-m", "guard.worker"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    cwd=str(GUARD_ROOT),
+                    env=env,
+                    text=True,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise InfraError(f"cannot start a worker process ({exc})") from None
+            lines: queue.Queue[str | None] = queue.Queue()
+
+            def pump() -> None:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    lines.put(line)
+                lines.put(None)
+
+            threading.Thread(target=pump, daemon=True).start()
+            try:
+                assert proc.stdin is not None
+                proc.stdin.write(json.dumps(job))
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+
+            def tail() -> str:
+                err.flush()
+                err.seek(0)
+                text = err.read()
+                return "\n".join(text.strip().splitlines()[-20:])
+
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            try:
+                while True:
+                    try:
+                        line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                    except queue.Empty:
+                        _kill(proc)
+                        yield {
+                            "event": "timeout",
+                            "output": tail(),
+                            "reason": f"no progress within {self.plan.case_timeout_s:g} s "
+                            "(hung, or too slow); worker killed",
+                        }
+                        return
+                    if line is None:
+                        code = proc.wait()
+                        if code != 0:
+                            reason = _exit_reason(code)
+                            yield {"event": "exit", "reason": reason, "output": tail()}
+                        return
+                    try:
+                        event = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue
+                    if event.get("event") in ("begin", "result"):
+                        deadline = time.monotonic() + self.plan.case_timeout_s
+                    if event.get("event") == "fatal":
+                        last = (event.get("output") or "worker failed").splitlines()[-1]
+                        event["reason"] = f"worker failed: {last}"
+                    yield event
+            finally:
+                if proc.poll() is None:
+                    _kill(proc)
+
+
+def _exit_reason(code: int) -> str:
+    from guard.worker import CONTEXT_LOST
+
+    if code == CONTEXT_LOST:
+        return "CUDA context lost (illegal memory access or similar); worker restarted"
+    if code < 0:
+        try:
+            return f"worker killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"worker killed by signal {-code}"
+    return f"worker exited with code {code}"
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+
+
+def merge_environment(results: dict[str, RunResult]) -> Environment:
+    return next(iter(results.values())).environment

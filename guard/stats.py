@@ -1,0 +1,219 @@
+"""Pure statistics for the guard: numbers in, numbers out.
+
+No I/O, no torch. Randomness comes from a ``numpy.random.Generator`` passed in, so
+every result is reproducible from its seed.
+
+The unit of replication is a *round* (one fresh process): samples inside a round
+share that process's state (allocation, clocks, code layout) and are correlated,
+so every interval here resamples rounds, never loose samples (resampling only the
+top level of a hierarchy is the recommended bootstrap for nested data: Ren et al.,
+"Nonparametric bootstrapping for hierarchical data", 2010).
+
+The effect of a case is the ratio candidate / baseline of the geometric means of the
+per-round medians: medians inside a round shrug off the occasional 3x outlier, and
+the log scale makes ratios symmetric. Its interval is a bootstrap-t style interval:
+the standard error from ``scipy.stats.bootstrap`` over rounds, a Student t quantile
+with Welch's degrees of freedom (see ``ratio_interval`` for why not percentiles).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+Rounds = Sequence[Sequence[float]]
+
+
+class Verdict(str, enum.Enum):
+    """What the guard concluded about one case."""
+
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    UNCHANGED = "unchanged"
+    INCONCLUSIVE = "inconclusive"
+
+    @property
+    def fails(self) -> bool:
+        return self is Verdict.REGRESSION
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A regression threshold parsed from ``median:2%`` (pytest-benchmark's notation).
+
+    Only the median is meaningful for GPU timings (means chase outliers), so the field
+    must be ``median``; the value is the smallest relative change worth failing on.
+    """
+
+    min_effect: float
+
+    @classmethod
+    def parse(cls, text: str) -> Threshold:
+        match = re.fullmatch(r"\s*median\s*:\s*([0-9]*\.?[0-9]+)\s*%\s*", str(text))
+        if not match:
+            raise ValueError(f"threshold {text!r} is not of the form 'median:N%'")
+        value = float(match.group(1)) / 100.0
+        if not 0.0 < value < 1.0:
+            raise ValueError(f"threshold {text!r} must lie between 0% and 100%")
+        return cls(min_effect=value)
+
+    def __str__(self) -> str:
+        return f"median:{self.min_effect * 100:g}%"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A ratio (candidate / baseline) with its confidence interval."""
+
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+
+
+def round_medians(rounds: Rounds) -> np.ndarray:
+    """The median of each non-empty round."""
+    meds = [float(np.median(np.asarray(r, dtype=float))) for r in rounds if len(r) > 0]
+    return np.asarray(meds, dtype=float)
+
+
+def pooled(rounds: Rounds) -> np.ndarray:
+    return np.concatenate([np.asarray(r, dtype=float) for r in rounds]) if rounds else np.empty(0)
+
+
+def validate_samples(rounds: Rounds) -> None:
+    """Raise ValueError unless every sample is a finite, positive time."""
+    for i, r in enumerate(rounds):
+        arr = np.asarray(r, dtype=float)
+        if arr.size and (not np.all(np.isfinite(arr)) or np.any(arr <= 0)):
+            raise ValueError(f"round {i} holds a non-finite or non-positive time")
+
+
+def _welch_df(lb: np.ndarray, lc: np.ndarray) -> float:
+    vb, vc = np.var(lb, ddof=1) / lb.size, np.var(lc, ddof=1) / lc.size
+    denom = vb**2 / (lb.size - 1) + vc**2 / (lc.size - 1)
+    if denom <= 0:
+        return float(lb.size + lc.size - 2)
+    return float((vb + vc) ** 2 / denom)
+
+
+def _log_mean_diff(cand: np.ndarray, base: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(cand, axis=axis) - np.mean(base, axis=axis)
+
+
+def _bootstrap(data, statistic, rng: np.random.Generator, n_resamples: int):
+    """scipy.stats.bootstrap across its 1.11-1.17 API (``random_state`` became ``rng``)."""
+    kwargs = {
+        "n_resamples": n_resamples,
+        "vectorized": True,
+        "method": "percentile",
+        "confidence_level": 0.9,
+    }
+    try:
+        return sps.bootstrap(data, statistic, rng=rng, **kwargs)
+    except TypeError:
+        return sps.bootstrap(data, statistic, random_state=rng, **kwargs)
+
+
+def ratio_interval(
+    baseline: Rounds,
+    candidate: Rounds,
+    *,
+    confidence: float,
+    rng: np.random.Generator,
+    n_resamples: int = 2000,
+) -> Interval:
+    """Ratio of candidate to baseline, with an interval that resamples rounds.
+
+    The standard error of the log ratio comes from ``scipy.stats.bootstrap`` over
+    rounds (each arm resampled on its own), scaled by sqrt(n/(n-1)) to undo the
+    plug-in bias; the interval is the estimate +- a Student t quantile with Welch's
+    degrees of freedom times that error. With 4-12 rounds a percentile interval is
+    too narrow, and at the family-adjusted levels the guard uses (about 0.998) the
+    resampled tails hold too few points to be read directly.
+    Needs at least two rounds in each arm; raises ValueError otherwise.
+    """
+    lb = np.log(round_medians(baseline))
+    lc = np.log(round_medians(candidate))
+    if lb.size < 2 or lc.size < 2:
+        raise ValueError("a ratio interval needs at least two rounds in each arm")
+    diff = float(_log_mean_diff(lc, lb))
+    if np.ptp(lb) == 0.0 and np.ptp(lc) == 0.0:
+        point = float(np.exp(diff))
+        return Interval(point, point, point, confidence)  # identical rounds: nothing varies
+    res = _bootstrap((lc, lb), _log_mean_diff, rng, n_resamples)
+    n = min(lb.size, lc.size)
+    se = float(res.standard_error) * math.sqrt(n / (n - 1))
+    t = float(sps.t.ppf(0.5 + confidence / 2.0, df=_welch_df(lb, lc)))
+    return Interval(
+        float(np.exp(diff)), float(np.exp(diff - t * se)), float(np.exp(diff + t * se)), confidence
+    )
+
+
+def classify(interval: Interval, min_effect: float) -> Verdict:
+    """Place an interval against the band [1 - min_effect, 1 + min_effect]."""
+    if interval.low > 1.0 + min_effect:
+        return Verdict.REGRESSION
+    if interval.high < 1.0 - min_effect:
+        return Verdict.IMPROVEMENT
+    if interval.low >= 1.0 - min_effect and interval.high <= 1.0 + min_effect:
+        return Verdict.UNCHANGED
+    return Verdict.INCONCLUSIVE
+
+
+def family_confidence(alpha: float, n_tests: int) -> float:
+    """Per-case two-sided confidence so that the whole check's one-sided false-alarm
+    rate stays under ``alpha`` (Bonferroni over the gated cases: with intervals rather
+    than p-values Holm's step-down has no interval form, and the two agree whenever
+    at most one case regresses)."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError("alpha must lie in (0, 1)")
+    return 1.0 - 2.0 * alpha / max(n_tests, 1)
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """Descriptive statistics in pytest-benchmark's names (seconds in, seconds out)."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0:
+        raise ValueError("no samples")
+    q1, median, q3 = (float(x) for x in np.percentile(arr, [25, 50, 75]))
+    iqr = q3 - q1
+    mean = float(arr.mean())
+    stddev = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    lo, hi = q1 - 1.5 * iqr, q3 + 1.5 * iqr
+    inside = arr[(arr >= lo) & (arr <= hi)]
+    n_iqr_out = int(arr.size - inside.size)
+    n_sd_out = int(np.sum(np.abs(arr - mean) > stddev)) if stddev > 0 else 0
+    return {
+        "min": float(arr.min()),
+        "max": float(arr.max()),
+        "mean": mean,
+        "stddev": stddev,
+        "rounds": int(arr.size),
+        "median": median,
+        "iqr": iqr,
+        "q1": q1,
+        "q3": q3,
+        "iqr_outliers": n_iqr_out,
+        "stddev_outliers": n_sd_out,
+        "outliers": f"{n_sd_out};{n_iqr_out}",
+        "ld15iqr": float(inside.min()) if inside.size else float(arr.min()),
+        "hd15iqr": float(inside.max()) if inside.size else float(arr.max()),
+        "ops": 1.0 / mean if mean > 0 else 0.0,
+        "total": float(arr.sum()),
+        "iterations": 1,
+    }
+
+
+def cv(values: Sequence[float]) -> float:
+    """Coefficient of variation (stddev / mean)."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size < 2 or arr.mean() == 0:
+        return 0.0
+    return float(arr.std(ddof=1) / arr.mean())

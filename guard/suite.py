@@ -1,0 +1,424 @@
+"""The suite file: which kernels run on which shapes, with what tolerances and thresholds.
+
+The file is YAML (see ``suites/default.yaml``); ``load_suite`` validates every field
+and raises ``BadInput`` naming the file and the field at fault.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from guard.errors import BadInput
+from guard.stats import Threshold
+
+SUITE_SCHEMA_VERSION = 1
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """(batch, heads, seq_q, head_dim); seq_k and kv_heads default to seq_q and heads."""
+
+    batch: int
+    heads: int
+    seq_q: int
+    head_dim: int
+    seq_k: int | None = None
+    kv_heads: int | None = None
+
+    @property
+    def sk(self) -> int:
+        return self.seq_q if self.seq_k is None else self.seq_k
+
+    @property
+    def hkv(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    def label(self) -> str:
+        text = f"b{self.batch}-h{self.heads}-s{self.seq_q}-d{self.head_dim}"
+        if self.seq_k is not None and self.seq_k != self.seq_q:
+            text += f"-sk{self.seq_k}"
+        if self.kv_heads is not None and self.kv_heads != self.heads:
+            text += f"-kv{self.kv_heads}"
+        return text
+
+    def as_tuple(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.heads, self.seq_q, self.head_dim)
+
+
+def flops(shape: Shape, causal: bool) -> float:
+    """Forward attention FLOPs: 4*B*H*Sq*Sk*D, half of that when causal."""
+    total = 4.0 * shape.batch * shape.heads * shape.seq_q * shape.sk * shape.head_dim
+    return total / 2.0 if causal else total
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kernel on one workload. ``id`` is unique within a suite."""
+
+    name: str  # the workload's name, shared by every kernel measured on it
+    kernel: str
+    shape: Shape
+    dtype: str
+    causal: bool
+    threshold: Threshold
+    gate: bool  # a significant regression of this case fails the check
+
+    @property
+    def id(self) -> str:
+        return f"{self.kernel}/{self.name}"
+
+    def params(self) -> dict[str, Any]:
+        """What must match for a baseline of this case to be comparable."""
+        return {
+            "kernel": self.kernel,
+            "shape": list(self.shape.as_tuple()),
+            "seq_k": self.shape.sk,
+            "kv_heads": self.shape.hkv,
+            "dtype": self.dtype,
+            "causal": self.causal,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kernel": self.kernel,
+            "shape": asdict(self.shape),
+            "dtype": self.dtype,
+            "causal": self.causal,
+            "threshold": str(self.threshold),
+            "gate": self.gate,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Case:
+        return cls(
+            name=data["name"],
+            kernel=data["kernel"],
+            shape=Shape(**data["shape"]),
+            dtype=data["dtype"],
+            causal=bool(data["causal"]),
+            threshold=Threshold.parse(data["threshold"]),
+            gate=bool(data["gate"]),
+        )
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Pass when error <= factor * (same-precision torch SDPA's error) + floor.
+
+    The yardstick is torch's own result in the input dtype against the same float32
+    reference, so the bound follows the precision actually reachable on each input.
+    """
+
+    factor: float = 2.0
+    rel_norm_floor: float = 1e-3
+    max_abs_floor: float = 4e-3
+
+
+@dataclass(frozen=True)
+class TimingPlan:
+    """How much to measure. ``rounds`` fresh processes per arm, more (up to
+    ``max_rounds``) for cases still inconclusive; each sample is a CUDA-graph replay
+    of enough calls to fill ``sample_target_ms``."""
+
+    rounds: int = 6
+    max_rounds: int = 12
+    samples_per_round: int = 25
+    sample_target_ms: float = 1.0
+    warmup_ms: float = 25.0
+    host_samples: int = 5
+    case_timeout_s: float = 180.0
+    alpha: float = 0.01  # whole-check false-alarm rate the intervals are sized for
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    cases: tuple[Case, ...]
+    tolerances: dict[str, Tolerance]
+    timing: TimingPlan
+    cpu_timing: TimingPlan
+    source: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def hash(self) -> str:
+        """Hash of what decides correctness and comparability (not the timing plan)."""
+        payload = {
+            "name": self.name,
+            "cases": [c.to_json() for c in self.cases],
+            "tolerances": {k: asdict(v) for k, v in sorted(self.tolerances.items())},
+        }
+        text = json.dumps(payload, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def tolerance(self, dtype: str) -> Tolerance:
+        return self.tolerances.get(dtype, Tolerance())
+
+    def select(self, kernels: list[str] | None = None, names: list[str] | None = None) -> Suite:
+        """The cases whose kernel and workload name are among those given."""
+        cases = self.cases
+        if kernels:
+            unknown = sorted(set(kernels) - {c.kernel for c in self.cases})
+            if unknown:
+                raise BadInput(f"{self.source}: no case uses kernel(s) {', '.join(unknown)}")
+            cases = tuple(c for c in cases if c.kernel in kernels)
+        if names:
+            unknown = sorted(set(names) - {c.name for c in self.cases})
+            if unknown:
+                raise BadInput(f"{self.source}: no case named {', '.join(unknown)}")
+            cases = tuple(c for c in cases if c.name in names)
+        return replace(self, cases=cases)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "hash": self.hash,
+            "source": self.source,
+            "cases": [c.to_json() for c in self.cases],
+            "tolerances": {k: asdict(v) for k, v in self.tolerances.items()},
+            "timing": asdict(self.timing),
+        }
+
+
+# ---------------------------------------------------------------- validation helpers
+
+
+def _fail(source: str, where: str, msg: str) -> BadInput:
+    return BadInput(f"{source}: {where}: {msg}")
+
+
+def _positive_int(value: Any, source: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise _fail(source, where, f"must be a positive integer, got {value!r}")
+    return value
+
+
+def _positive_float(value: Any, source: str, where: str, *, allow_zero: bool = False) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        value = float(value)
+        ok = math.isfinite(value) and (value > 0 or (allow_zero and value == 0))
+    if not ok:
+        raise _fail(source, where, f"must be a finite positive number, got {value!r}")
+    return value
+
+
+def _mapping(value: Any, source: str, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _fail(source, where, f"must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _no_unknown(data: dict[str, Any], allowed: set[str], source: str, where: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise _fail(source, where, f"unknown field(s) {', '.join(map(str, unknown))}")
+
+
+def _threshold(value: Any, source: str, where: str) -> Threshold:
+    try:
+        return Threshold.parse(value)
+    except ValueError as exc:
+        raise _fail(source, where, str(exc)) from None
+
+
+def _timing(data: Any, source: str, where: str, base: TimingPlan) -> TimingPlan:
+    data = _mapping(data, source, where)
+    fields = set(TimingPlan.__dataclass_fields__)
+    _no_unknown(data, fields, source, where)
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        default = getattr(base, key)
+        if isinstance(default, int):
+            values[key] = _positive_int(value, source, f"{where}.{key}")
+        else:
+            values[key] = _positive_float(value, source, f"{where}.{key}")
+    plan = replace(base, **values)
+    if plan.rounds < 2:
+        raise _fail(source, f"{where}.rounds", "needs at least 2 rounds for an interval")
+    if plan.max_rounds < plan.rounds:
+        raise _fail(source, f"{where}.max_rounds", "must be at least rounds")
+    if not 0 < plan.alpha < 0.5:
+        raise _fail(source, f"{where}.alpha", "must lie in (0, 0.5)")
+    return plan
+
+
+def _shape(value: Any, source: str, where: str) -> Shape:
+    if not isinstance(value, (list, tuple)) or len(value) != 4:
+        raise _fail(source, where, f"must be [batch, heads, seq_len, head_dim], got {value!r}")
+    dims = [_positive_int(v, source, f"{where}[{i}]") for i, v in enumerate(value)]
+    return Shape(*dims)
+
+
+def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
+    """Validate a parsed suite document; raise BadInput naming the field at fault."""
+    if not isinstance(data, dict):
+        raise BadInput(f"{source}: the suite must be a YAML mapping")
+    _no_unknown(
+        data,
+        {
+            "schema_version",
+            "name",
+            "kernels",
+            "gate",
+            "threshold",
+            "tolerances",
+            "timing",
+            "cpu_timing",
+            "cases",
+        },
+        source,
+        "top level",
+    )
+    version = data.get("schema_version")
+    if version != SUITE_SCHEMA_VERSION:
+        raise _fail(source, "schema_version", f"expected {SUITE_SCHEMA_VERSION}, got {version!r}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise _fail(source, "name", "must be a non-empty string")
+
+    kernels = data.get("kernels")
+    if not isinstance(kernels, list) or not kernels or not all(isinstance(k, str) for k in kernels):
+        raise _fail(source, "kernels", "must be a non-empty list of kernel names")
+    for i, k in enumerate(kernels):
+        if k not in known_kernels:
+            raise _fail(
+                source,
+                f"kernels[{i}]",
+                f"unknown kernel {k!r} (known: {', '.join(sorted(known_kernels))})",
+            )
+    if len(set(kernels)) != len(kernels):
+        raise _fail(source, "kernels", "lists a kernel twice")
+    gate = data.get("gate", kernels)
+    if not isinstance(gate, list) or not all(isinstance(g, str) and g in kernels for g in gate):
+        raise _fail(source, "gate", "must list kernels that appear under 'kernels'")
+
+    default_threshold = _threshold(data.get("threshold", "median:2%"), source, "threshold")
+
+    tolerances: dict[str, Tolerance] = {}
+    for dtype, tol in _mapping(data.get("tolerances"), source, "tolerances").items():
+        where = f"tolerances.{dtype}"
+        if dtype not in DTYPES:
+            raise _fail(source, where, f"unknown dtype (known: {', '.join(DTYPES)})")
+        tol = _mapping(tol, source, where)
+        _no_unknown(tol, set(Tolerance.__dataclass_fields__), source, where)
+        tolerances[dtype] = Tolerance(
+            **{
+                k: _positive_float(v, source, f"{where}.{k}", allow_zero=True)
+                for k, v in tol.items()
+            }
+        )
+
+    timing = _timing(data.get("timing"), source, "timing", TimingPlan())
+    cpu_timing = _timing(
+        data.get("cpu_timing"),
+        source,
+        "cpu_timing",
+        replace(
+            timing,
+            rounds=3,
+            max_rounds=3,
+            samples_per_round=5,
+            sample_target_ms=5.0,
+            warmup_ms=5.0,
+            host_samples=2,
+        ),
+    )
+
+    raw_cases = data.get("cases")
+    if not isinstance(raw_cases, list) or not raw_cases:
+        raise _fail(source, "cases", "must be a non-empty list")
+    cases: list[Case] = []
+    names: set[str] = set()
+    for i, entry in enumerate(raw_cases):
+        where = f"cases[{i}]"
+        entry = _mapping(entry, source, where)
+        _no_unknown(
+            entry,
+            {"name", "shape", "dtype", "causal", "threshold", "seq_k", "kv_heads", "kernels"},
+            source,
+            where,
+        )
+        shape = _shape(entry.get("shape"), source, f"{where}.shape")
+        if "seq_k" in entry:
+            shape = replace(shape, seq_k=_positive_int(entry["seq_k"], source, f"{where}.seq_k"))
+        if "kv_heads" in entry:
+            kvh = _positive_int(entry["kv_heads"], source, f"{where}.kv_heads")
+            if shape.heads % kvh:
+                raise _fail(source, f"{where}.kv_heads", f"must divide heads ({shape.heads})")
+            shape = replace(shape, kv_heads=kvh)
+        dtype = entry.get("dtype", "float16")
+        if dtype not in DTYPES:
+            raise _fail(
+                source, f"{where}.dtype", f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})"
+            )
+        causal = entry.get("causal", False)
+        if not isinstance(causal, bool):
+            raise _fail(source, f"{where}.causal", f"must be true or false, got {causal!r}")
+        case_name = entry.get("name") or (
+            f"{shape.label()}-{'causal' if causal else 'full'}"
+            + ("" if dtype == "float16" else f"-{dtype}")
+        )
+        if not isinstance(case_name, str) or "/" in case_name or "\\" in case_name:
+            raise _fail(
+                source,
+                f"{where}.name",
+                f"must be a string without path separators, got {case_name!r}",
+            )
+        if case_name in names:
+            raise _fail(source, f"{where}.name", f"duplicate case name {case_name!r}")
+        names.add(case_name)
+        threshold = (
+            _threshold(entry["threshold"], source, f"{where}.threshold")
+            if "threshold" in entry
+            else default_threshold
+        )
+        case_kernels = entry.get("kernels", kernels)
+        if not isinstance(case_kernels, list) or not all(k in kernels for k in case_kernels):
+            raise _fail(source, f"{where}.kernels", "must list kernels that appear under 'kernels'")
+        for kernel in case_kernels:
+            cases.append(Case(case_name, kernel, shape, dtype, causal, threshold, kernel in gate))
+    return Suite(
+        name=name,
+        cases=tuple(cases),
+        tolerances=tolerances,
+        timing=timing,
+        cpu_timing=cpu_timing,
+        source=source,
+        raw=data,
+    )
+
+
+def load_suite(path: str | Path, known_kernels: set[str] | None = None) -> Suite:
+    """Read and validate a suite file."""
+    if known_kernels is None:
+        from kernels.registry import REGISTRY
+
+        known_kernels = set(REGISTRY)
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"{path}: suite file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{path}: cannot read the suite file ({exc})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "?"
+        raise BadInput(
+            f"{path}: not valid YAML ({where}: {getattr(exc, 'problem', exc)})"
+        ) from None
+    return parse_suite(data, str(path), known_kernels)

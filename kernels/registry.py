@@ -1,0 +1,177 @@
+"""The kernels the guard can measure, by name.
+
+A kernel is a callable ``fn(q, k, v, *, causal, scale) -> out`` over tensors shaped
+(batch, heads, seq, head_dim), as ``torch.nn.functional.scaled_dot_product_attention``
+takes them. Each entry says where it can run; ``unavailable_reason`` explains why not.
+Kernel modules are imported lazily so that a missing Triton or a failing CUDA build
+breaks only the kernel that needs it, never the registry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+KernelFn = Callable[..., torch.Tensor]
+
+_HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One registered kernel.
+
+    ``loader`` returns the callable (imports, builds) and may raise; ``probe`` returns
+    a reason the kernel cannot run on ``device`` here, or None when it can.
+    ``accepts_out``: the callable takes ``out=`` (the guard then poisons that buffer).
+    """
+
+    name: str
+    description: str
+    loader: Callable[[], KernelFn]
+    probe: Callable[[str], str | None]
+    source_files: tuple[str, ...] = ()
+    accepts_out: bool = False
+
+    def source_hash(self) -> str:
+        """Hash of the kernel's own source files (part of the comparability record)."""
+        digest = hashlib.sha256()
+        for rel in self.source_files:
+            path = _HERE / rel
+            digest.update(rel.encode())
+            if path.is_file():
+                digest.update(path.read_bytes())
+            elif path.is_dir():
+                for sub in sorted(p for p in path.rglob("*") if p.is_file()):
+                    digest.update(str(sub.relative_to(_HERE)).encode())
+                    digest.update(sub.read_bytes())
+        return digest.hexdigest()[:16]
+
+
+def _from_module(module: str, attr: str) -> Callable[[], KernelFn]:
+    def load() -> KernelFn:
+        return getattr(importlib.import_module(module), attr)
+
+    return load
+
+
+def _needs_cuda(device: str) -> str | None:
+    if device != "cuda":
+        return "needs a CUDA GPU"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA GPU"
+    return None
+
+
+def _any_device(device: str) -> str | None:
+    if device == "cuda" and not torch.cuda.is_available():
+        return "torch sees no CUDA GPU"
+    return None
+
+
+def _triton_probe(device: str) -> str | None:
+    reason = _needs_cuda(device)
+    if reason:
+        return reason
+    try:
+        importlib.import_module("triton")
+    except ImportError as exc:
+        return f"triton is not installed ({exc})"
+    return None
+
+
+def _sdpa_backend_probe(backend: str) -> Callable[[str], str | None]:
+    def probe(device: str) -> str | None:
+        reason = _needs_cuda(device)
+        if reason:
+            return reason
+        from kernels import sdpa
+
+        return sdpa.backend_unavailable_reason(backend)
+
+    return probe
+
+
+def _cuda_ext_probe(device: str) -> str | None:
+    reason = _needs_cuda(device)
+    if reason:
+        return reason
+    from kernels import cuda_flash
+
+    return cuda_flash.unavailable_reason()
+
+
+REGISTRY: dict[str, KernelSpec] = {
+    spec.name: spec
+    for spec in (
+        KernelSpec(
+            name="reference",
+            description="plain-torch attention in the input dtype (matmul, softmax, matmul)",
+            loader=_from_module("kernels.reference", "attention"),
+            probe=_any_device,
+            source_files=("reference.py",),
+        ),
+        KernelSpec(
+            name="sdpa",
+            description="torch scaled_dot_product_attention, default backend choice",
+            loader=_from_module("kernels.sdpa", "sdpa_default"),
+            probe=_any_device,
+            source_files=("sdpa.py",),
+        ),
+        KernelSpec(
+            name="sdpa_flash",
+            description="torch SDPA, FlashAttention backend only",
+            loader=_from_module("kernels.sdpa", "sdpa_flash"),
+            probe=_sdpa_backend_probe("flash"),
+            source_files=("sdpa.py",),
+        ),
+        KernelSpec(
+            name="sdpa_efficient",
+            description="torch SDPA, memory-efficient backend only",
+            loader=_from_module("kernels.sdpa", "sdpa_efficient"),
+            probe=_sdpa_backend_probe("efficient"),
+            source_files=("sdpa.py",),
+        ),
+        KernelSpec(
+            name="sdpa_cudnn",
+            description="torch SDPA, cuDNN backend only",
+            loader=_from_module("kernels.sdpa", "sdpa_cudnn"),
+            probe=_sdpa_backend_probe("cudnn"),
+            source_files=("sdpa.py",),
+        ),
+        KernelSpec(
+            name="triton_flash",
+            description="this repository's Triton FlashAttention forward",
+            loader=_from_module("kernels.triton_flash_fwd", "flash_attention_fwd"),
+            probe=_triton_probe,
+            source_files=("triton_flash_fwd.py",),
+            accepts_out=True,
+        ),
+        KernelSpec(
+            name="cuda_flash",
+            description="this repository's CUDA C++ FlashAttention-2 forward (torch extension)",
+            loader=_from_module("kernels.cuda_flash", "flash_attention_fwd"),
+            probe=_cuda_ext_probe,
+            source_files=("cuda_flash.py", "csrc"),
+            accepts_out=False,
+        ),
+    )
+}
+
+
+def get(name: str) -> KernelSpec:
+    """The kernel called ``name``; KeyError names the known ones."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown kernel {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+
+
+def register(spec: KernelSpec) -> None:
+    """Add a kernel (tests use this for fault-injection kernels)."""
+    REGISTRY[spec.name] = spec
