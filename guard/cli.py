@@ -122,6 +122,9 @@ def _opts(args: argparse.Namespace) -> core.MeasureOptions:
 
 
 def _suite(args: argparse.Namespace):
+    core.load_plugins(
+        getattr(args, "fault_module", None) or (), getattr(args, "worker_path", None) or ()
+    )
     return core.open_suite(args.suite, args.kernels, args.cases)
 
 

@@ -55,6 +55,22 @@ class CompareOutcome:
         return ExitCode.BAD_INPUT  # nothing to compare with: a configuration problem
 
 
+def load_plugins(modules: Sequence[str], paths: Sequence[str] = ()) -> None:
+    """Import modules that register extra kernels (the tests' fault kernels), here and,
+    through ``MeasureOptions``, in every worker."""
+    import importlib
+    import sys
+
+    for path in paths:
+        if path not in sys.path:
+            sys.path.append(path)
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise BadInput(f"--fault-module {module}: cannot import ({exc})") from None
+
+
 def open_suite(
     path: str | Path = DEFAULT_SUITE,
     kernels: Sequence[str] | None = None,

@@ -1,0 +1,117 @@
+"""Fault-injection kernels for the guard's own tests (never in the users' registry).
+
+Importing this module registers them. ``FAULT_SLOW_MS`` sets the planted delay of
+``fault_slow`` so a test can make one commit slower than another.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+import torch
+
+import kernels
+from kernels.reference import attention
+from kernels.registry import KernelSpec
+
+
+def _any(device: str) -> str | None:
+    return None
+
+
+def _cuda_only(device: str) -> str | None:
+    return None if device == "cuda" and torch.cuda.is_available() else "needs a CUDA GPU"
+
+
+def fault_raise(q, k, v, *, causal=False, scale=None):
+    raise RuntimeError("planted failure in fault_raise")
+
+
+def fault_nan(q, k, v, *, causal=False, scale=None):
+    out = attention(q, k, v, causal=causal, scale=scale)
+    out[..., 0, 0] = math.nan
+    return out
+
+
+def fault_wrong(q, k, v, *, causal=False, scale=None):
+    # 2% too large: small enough to look plausible, far beyond fp16 rounding.
+    return attention(q, k, v, causal=causal, scale=scale) * 1.02
+
+
+def fault_hang(q, k, v, *, causal=False, scale=None):
+    time.sleep(3600)
+    return attention(q, k, v, causal=causal, scale=scale)
+
+
+def fault_slow(q, k, v, *, causal=False, scale=None):
+    delay = float(os.environ.get("FAULT_SLOW_MS", "0")) / 1e3
+    if delay:
+        time.sleep(delay)
+    return attention(q, k, v, causal=causal, scale=scale)
+
+
+def fault_oob(q, k, v, *, causal=False, scale=None, out=None):
+    """Writes its output and then 8 elements past its end."""
+    result = attention(q, k, v, causal=causal, scale=scale)
+    if out is None:
+        return result
+    out.copy_(result)
+    past = torch.as_strided(out, (8,), (1,), out.storage_offset() + out.numel())
+    past.fill_(1.0)
+    return out
+
+
+def fault_illegal_address(q, k, v, *, causal=False, scale=None):
+    """Reads far outside any allocation on the GPU (poisons the CUDA context)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _bad(ptr):
+        offs = tl.arange(0, 128) + (1 << 40)
+        tl.store(ptr + offs, tl.load(ptr + offs))
+
+    _bad[(1,)](q)
+    torch.cuda.synchronize()
+    return attention(q, k, v, causal=causal, scale=scale)
+
+
+def fault_cpu_only_wrong_on_gpu(q, k, v, *, causal=False, scale=None):
+    return attention(q, k, v, causal=causal, scale=scale)
+
+
+for _name, _fn, _probe, _out in (
+    ("fault_raise", fault_raise, _any, False),
+    ("fault_nan", fault_nan, _any, False),
+    ("fault_wrong", fault_wrong, _any, False),
+    ("fault_hang", fault_hang, _any, False),
+    ("fault_slow", fault_slow, _any, False),
+    ("fault_oob", fault_oob, _any, True),
+    ("fault_illegal_address", fault_illegal_address, _cuda_only, False),
+):
+    kernels.register(
+        KernelSpec(
+            name=_name,
+            description=f"test fault: {_fn.__doc__ or _name}",
+            loader=(lambda f=_fn: f),
+            probe=_probe,
+            source_files=(),
+            accepts_out=_out,
+        )
+    )
+
+
+def _broken_loader():
+    raise RuntimeError("planted build failure: nvcc exited with status 1\nerror: expected ';'")
+
+
+kernels.register(
+    KernelSpec(
+        name="fault_build",
+        description="test fault: fails to build",
+        loader=_broken_loader,
+        probe=_any,
+    )
+)
