@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from guard import core, render, results
+from guard import cli_report, core, render, results
 from guard.errors import ExitCode, GuardError
 from guard.runner import Progress
 
@@ -150,6 +150,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def _finish_run(args: argparse.Namespace, run: results.RunResult, no_verdict: str = "") -> None:
     out = args.out or DEFAULT_OUT
     results.save(run, out)
+    cli_report.append_history(args, run)
     _fallback_note(run)
     if args.json:
         _emit_json(results.to_json(run))
@@ -231,6 +232,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 suite, args.against, opts=_opts(args), progress=progress
             )
             results.save(comparison.candidate, args.out or DEFAULT_OUT)
+            cli_report.append_history(args, comparison.candidate)
             return _render_comparison(args, comparison)
         from guard import env as guard_env
 
@@ -264,6 +266,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     results.save(outcome.candidate, args.out or DEFAULT_OUT)
+    cli_report.append_history(args, outcome.candidate)
     _fallback_note(outcome.candidate)
     if outcome.comparison is None:
         if args.json:
@@ -295,6 +298,7 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
         )
     finally:
         progress.close()
+    cli_report.append_history(args, outcome.run)
     rows = [
         [
             c.case_id,
@@ -356,6 +360,7 @@ def _common(p: argparse.ArgumentParser, measure: bool = True) -> None:
         p.add_argument("--seed", type=int, help="input seed (default: fresh every run)")
         p.add_argument("--out", type=Path, help=f"results JSON (default {DEFAULT_OUT})")
         p.add_argument("--markdown", help="also write the Markdown summary here")
+        p.add_argument("--history", metavar="DB", help=cli_report.HISTORY_HELP)
         p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
         p.add_argument("--fault-module", action="append", help=argparse.SUPPRESS)
         p.add_argument("--worker-path", action="append", help=argparse.SUPPRESS)
@@ -418,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dir", default=str(core.DEFAULT_BASELINES), help="baseline folder")
     r.add_argument("--allow-cpu", action="store_true", help="allow a CPU baseline")
     r.set_defaults(func=cmd_baseline_refresh)
+    cli_report.register(sub)
     return parser
 
 

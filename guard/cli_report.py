@@ -1,0 +1,153 @@
+"""The ``guard report`` and ``guard history`` commands, and ``--history`` for the
+measuring commands. Parses, calls the core (``guard.report``, ``guard.history``),
+renders; ``guard.cli.build_parser`` calls ``register``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from guard import core, history, render, report, results
+from guard.compare import compare_runs
+
+HISTORY_HELP = (
+    f"append this run's per-case medians to the SQLite history DB (e.g. {history.DEFAULT_DB})"
+)
+
+
+def append_history(args: argparse.Namespace, run: results.RunResult) -> None:
+    """After a measuring command saved its results: append them where --history says."""
+    db = getattr(args, "history", None)
+    if not db:
+        return
+    run_id = history.append(run, db)
+    what = f"run {run_id}" if run_id is not None else "nothing (no timed case)"
+    print(f"[guard] history: appended {what} to {db}", file=sys.stderr)
+
+
+def _cli() -> Any:
+    from guard import cli  # late: guard.cli imports this module
+
+    return cli
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    cli = _cli()
+    run = core.load_results(args.results)
+    comparison = None
+    if args.baseline:
+        comparison = compare_runs(core.load_results(args.baseline), run, alpha=args.alpha)
+    trends = {}
+    if args.history:
+        trends = history.trends(
+            args.history,
+            [c.id for c in run.cases],
+            gpu_slug=run.environment.gpu_slug,
+            limit=args.history_limit,
+        )
+    if args.html:
+        results.write_atomic(args.html, report.html_report(run, comparison, trends=trends))
+    markdown = (
+        render.comparison_markdown(comparison, report_url=args.report_url)
+        if comparison is not None
+        else render.run_markdown(run)
+    )
+    if args.markdown:
+        results.write_atomic(args.markdown, markdown)
+    if args.json:
+        data: dict[str, Any] = (
+            render.comparison_json(comparison)
+            if comparison is not None
+            else {"headline": "RUN ONLY", "results": results.to_json(run)}
+        )
+        data["html"] = args.html
+        data["history"] = {k: history.trend_json(t) for k, t in trends.items()}
+        cli._emit_json(data)
+    elif not args.html and not args.markdown:
+        print(markdown, end="")
+    elif args.html:
+        print(f"report: {args.html}", file=sys.stderr)
+    return 0
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    cli = _cli()
+    trend = history.trend(
+        args.db,
+        args.case_id,
+        gpu_slug=args.gpu,
+        limit=args.limit,
+        alpha=args.alpha,
+        min_effect=args.min_effect,
+    )
+    if args.json:
+        cli._emit_json(history.trend_json(trend))
+        return 0
+    cli._print_table(
+        report.HISTORY_HEADER,
+        report.history_rows(trend),
+        title=f"{trend.case_id} on {trend.gpu_slug} ({len(trend.points)} runs)",
+    )
+    others = [g for g in trend.gpu_slugs if g != trend.gpu_slug]
+    if others:
+        print(f"also measured on: {', '.join(others)} (pick one with --gpu)")
+    if trend.steps:
+        for s in trend.steps:
+            p = trend.points[s.index]
+            print(
+                f"step at {p.commit[:10] or '?'} ({p.created[:10]}): {s.kind}, "
+                f"{render.fmt_time(s.before)} -> {render.fmt_time(s.after)} ({s.ratio:.3f}x)"
+            )
+    else:
+        print("no step change detected")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``report`` and ``history`` to the ``guard`` subcommands."""
+    p = sub.add_parser(
+        "report",
+        help="write the HTML report (and Markdown) for a results file",
+        description="Render a results file, alone or against a baseline file, as one "
+        "self-contained HTML file (inline CSS and SVG, no script, nothing fetched) and/or "
+        "Markdown. Exits 0 once written; `guard compare` is what decides.",
+    )
+    p.add_argument("results", metavar="RESULTS", help="results JSON of the run to report")
+    p.add_argument("--baseline", metavar="FILE", help="compare with this results/baseline file")
+    p.add_argument("--html", metavar="FILE", help="write the HTML report here")
+    p.add_argument("--markdown", metavar="FILE", help="write the Markdown summary here")
+    p.add_argument(
+        "--history", metavar="DB", type=Path, help="draw each case's history from this DB"
+    )
+    p.add_argument(
+        "--history-limit", type=int, default=60, metavar="N", help="last N runs (default 60)"
+    )
+    p.add_argument("--alpha", type=float, default=0.01, help="family false-alarm rate")
+    p.add_argument("--report-url", default="", help="link the Markdown to the HTML report")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.set_defaults(func=cmd_report)
+
+    h = sub.add_parser(
+        "history",
+        help="show a case's median over past runs, with step changes flagged",
+        description="One case's history on one GPU, oldest first. Steps are found by "
+        "binary segmentation with t-tests on the log medians (see guard/history.py).",
+    )
+    h.add_argument("case_id", metavar="CASE_ID", help="e.g. triton_flash/b1-h8-s512-d64-full")
+    h.add_argument(
+        "--db", type=Path, default=history.DEFAULT_DB, help=f"default {history.DEFAULT_DB}"
+    )
+    h.add_argument("--gpu", metavar="SLUG", help="GPU slug (default: the last one measured)")
+    h.add_argument("--limit", type=int, metavar="N", help="only the last N runs")
+    h.add_argument("--alpha", type=float, default=0.01, help="false-step rate per scan")
+    h.add_argument(
+        "--min-effect",
+        type=float,
+        metavar="FRACTION",
+        help="smallest step to flag (default: the case's threshold)",
+    )
+    h.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    h.set_defaults(func=cmd_history)

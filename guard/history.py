@@ -1,0 +1,494 @@
+"""Performance history: per-case medians over commits, in an embedded SQLite file.
+
+``append(run, db)`` stores, for every timed case of a run, the median of all its
+samples and the median of each round, with the run's commit, date, GPU slug and
+suite hash. ``trend(db, case_id)`` reads one case's series back in the order the
+runs were made, on one GPU (timings from two GPU models never share a series), and
+flags its step changes with ``detect_steps``.
+
+The store is one SQLite file (stdlib ``sqlite3``; default ``.guard/history.sqlite``)
+so that CI can cache or upload it like any artifact. Its format is versioned with
+SQLite's ``user_version``, independently of the package version:
+  1 (2026-11): first version.
+Readers migrate older files and refuse newer ones; any other failure to read raises
+``BadInput`` naming the file.
+
+Change points: why a scan of t-tests, not a library
+---------------------------------------------------
+A history is short (tens to a few hundred commits) and each point is already a
+median of several rounds, so an exhaustive scan of every split is cheap and exact.
+``detect_steps`` is binary segmentation in the spirit of asv's ``step_detect``:
+in a segment, every split leaving at least ``min_size`` points on each side is
+scored with Student's two-sample t statistic (pooled variance) on the log medians,
+all splits at once from cumulative sums; the largest |t| is the least-squares
+location of a mean shift (what ``ruptures.Binseg`` with its "l2" cost finds). That
+split is a step when its p-value (``scipy.stats.t``), Bonferroni-corrected for the
+number of splits scanned, is below ``alpha`` *and* the segment medians differ by at
+least ``min_effect`` (the guard's own threshold, so that history flags what a PR
+check would fail on, not every significant wobble). Both halves are then scanned
+again. On flat noise this keeps false steps under ``alpha`` per scanned segment
+(Bonferroni over correlated splits is conservative). The pooled variance (noise is
+a property of the machine, alike on both sides of a step) gives the power to see a
+step three commits back; medians (not means) measure the effect, so a single 3x
+outlier commit is no step.
+
+``ruptures`` (the maintained change-point library) was considered: it installs
+here from PyPI, but as a compiled wheel that the GPU runners, which have no network,
+would need pre-installed; and its ``pen`` penalty has no statistical meaning, so it
+would have to be tuned to each series' noise, while the guard wants a false-alarm
+rate and a minimal effect. scipy is already a dependency.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from guard import stats
+from guard.errors import BadInput
+from guard.results import OK, RunResult
+
+DEFAULT_DB = Path(".guard/history.sqlite")
+HISTORY_SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    created TEXT NOT NULL,          -- the run's own timestamp (ISO 8601, UTC)
+    commit_sha TEXT NOT NULL,
+    commit_dirty INTEGER NOT NULL,
+    branch TEXT NOT NULL,
+    device TEXT NOT NULL,
+    gpu_name TEXT NOT NULL,
+    gpu_slug TEXT NOT NULL,
+    suite_name TEXT NOT NULL,
+    suite_hash TEXT NOT NULL,
+    torch TEXT NOT NULL,
+    triton TEXT NOT NULL,
+    driver TEXT NOT NULL,
+    UNIQUE (created, commit_sha, gpu_slug, suite_hash)
+);
+CREATE TABLE IF NOT EXISTS case_medians (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    case_id TEXT NOT NULL,
+    kernel TEXT NOT NULL,
+    status TEXT NOT NULL,
+    median REAL,                    -- seconds per call, all samples pooled; NULL unless ok
+    round_medians TEXT NOT NULL,    -- JSON list, seconds per call, one per round
+    host_median REAL,
+    min_effect REAL NOT NULL,       -- the case's threshold when it ran
+    kernel_hash TEXT NOT NULL,
+    PRIMARY KEY (run_id, case_id)
+);
+CREATE INDEX IF NOT EXISTS case_medians_by_case ON case_medians (case_id);
+"""
+
+# MIGRATIONS[n] turns a version n-1 store into version n (in place, in a transaction).
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One run's result for one case."""
+
+    run_id: int
+    created: str
+    commit: str
+    commit_dirty: bool
+    branch: str
+    gpu_slug: str
+    suite_hash: str
+    status: str
+    median: float | None
+    round_medians: tuple[float, ...]
+    host_median: float | None
+    min_effect: float
+    kernel_hash: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step change: ``index`` is the first point after it."""
+
+    index: int
+    before: float  # median of the segment before
+    after: float  # median of the segment after
+    p_value: float  # Bonferroni-adjusted over the splits scanned
+
+    @property
+    def ratio(self) -> float:
+        return self.after / self.before
+
+    @property
+    def kind(self) -> str:
+        return "slower" if self.after > self.before else "faster"
+
+
+@dataclass(frozen=True)
+class Trend:
+    """One case's series on one GPU, oldest first; ``steps`` index into ``points``."""
+
+    case_id: str
+    gpu_slug: str
+    points: tuple[HistoryPoint, ...]
+    steps: tuple[Step, ...]
+    gpu_slugs: tuple[str, ...] = ()  # every GPU the case has history on
+
+    @property
+    def timed(self) -> list[HistoryPoint]:
+        return [p for p in self.points if p.median is not None]
+
+
+# ----------------------------------------------------------------- change points
+
+
+def _best_split(logs: np.ndarray, min_size: int) -> tuple[int, float, int]:
+    """(split, two-sided p-value, splits scanned) of the split with the largest |t|.
+
+    Student's two-sample t with pooled variance, for every split at once from
+    cumulative sums; maximising |t| is minimising the two segments' summed squared
+    error, i.e. the least-squares location of a single mean shift.
+    """
+    n = logs.size
+    k = np.arange(min_size, n - min_size + 1)
+    y = logs - logs.mean()  # centred, so the sums below keep their precision
+    cs, cs2 = np.cumsum(y), np.cumsum(y * y)
+    n1, n2 = k.astype(float), (n - k).astype(float)
+    s1 = cs[k - 1]
+    s2 = cs[-1] - s1
+    diff = s2 / n2 - s1 / n1
+    sse = np.maximum(cs2[-1] - s1**2 / n1 - s2**2 / n2, 0.0)
+    scale = np.sqrt(sse / (n - 2) * (1.0 / n1 + 1.0 / n2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(scale > 0, np.abs(diff) / scale, np.where(diff != 0, np.inf, 0.0))
+    best = int(np.argmax(t))
+    p = float(2.0 * sps.t.sf(t[best], df=n - 2))
+    return int(k[best]), p, int(k.size)
+
+
+def detect_steps(
+    values: Sequence[float],
+    *,
+    alpha: float = 0.01,
+    min_effect: float = 0.02,
+    min_size: int = 3,
+) -> tuple[Step, ...]:
+    """Step changes in a series of positive times (oldest first); see the module doc.
+
+    ``min_size``: fewest points on each side of a step (a step in the last one or two
+    commits cannot be told from an outlier, so it is reported once more runs exist).
+    """
+    if not 0.0 < alpha < 1.0:
+        raise ValueError("alpha must lie in (0, 1)")
+    if min_size < 2:
+        raise ValueError("min_size must be at least 2 (a t-test needs two points a side)")
+    x = np.asarray(values, dtype=float)
+    if x.size and (not np.all(np.isfinite(x)) or np.any(x <= 0)):
+        raise ValueError("history values must be finite positive times")
+    logs = np.log(x)
+    found: list[Step] = []
+    pending = [(0, int(x.size))]
+    while pending:
+        lo, hi = pending.pop()
+        if hi - lo < 2 * min_size:
+            continue
+        k, p, scanned = _best_split(logs[lo:hi], min_size)
+        split = lo + k
+        adjusted = min(1.0, p * scanned)
+        before = float(np.median(x[lo:split]))
+        after = float(np.median(x[split:hi]))
+        if adjusted < alpha and abs(after / before - 1.0) >= min_effect:
+            found.append(Step(split, before, after, adjusted))
+            pending += [(lo, split), (split, hi)]
+    # Report each step against its neighbouring segments, not the halves it split.
+    found.sort(key=lambda s: s.index)
+    edges = [0, *(s.index for s in found), int(x.size)]
+    return tuple(
+        Step(
+            s.index,
+            float(np.median(x[edges[i] : s.index])),
+            float(np.median(x[s.index : edges[i + 2]])),
+            s.p_value,
+        )
+        for i, s in enumerate(found)
+    )
+
+
+# ----------------------------------------------------------------------- storage
+
+
+@contextlib.contextmanager
+def _connect(path: str | Path, *, create: bool) -> Iterator[sqlite3.Connection]:
+    path = Path(path)
+    if not create and not path.is_file():
+        raise BadInput(f"{path}: no history database (append runs with --history {path})")
+    try:
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(path, timeout=30)
+        else:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    except (sqlite3.Error, OSError) as exc:
+        raise BadInput(f"{path}: cannot open the history database ({exc})") from None
+    try:
+        conn.execute("PRAGMA foreign_keys = ON")
+        _check_version(conn, path, create=create)
+        yield conn
+    except sqlite3.DatabaseError as exc:
+        raise BadInput(f"{path}: not a readable history database ({exc})") from None
+    finally:
+        conn.close()
+
+
+def _check_version(conn: sqlite3.Connection, path: Path, *, create: bool) -> None:
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version > HISTORY_SCHEMA_VERSION:
+        raise BadInput(
+            f"{path}: history format {version} is newer than this guard understands "
+            f"({HISTORY_SCHEMA_VERSION}); upgrade the guard"
+        )
+    if version == HISTORY_SCHEMA_VERSION:
+        return
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if version == 0 and not tables:
+        if not create:
+            raise BadInput(f"{path}: empty history database")
+        with conn:
+            conn.executescript(_SCHEMA)
+            conn.execute(f"PRAGMA user_version = {HISTORY_SCHEMA_VERSION}")
+        return
+    if version == 0:
+        raise BadInput(f"{path}: not a guard history database (no format version)")
+    if not create:
+        raise BadInput(f"{path}: history format {version} is old; append a run to upgrade it")
+    with conn:
+        for target in range(version + 1, HISTORY_SCHEMA_VERSION + 1):
+            MIGRATIONS[target](conn)
+        conn.execute(f"PRAGMA user_version = {HISTORY_SCHEMA_VERSION}")
+
+
+def append(run: RunResult, db: str | Path = DEFAULT_DB) -> int | None:
+    """Store the run's per-case medians; return its row id (None: nothing was timed).
+
+    Appending the same run twice (same date, commit, GPU and suite hash) stores it once.
+    """
+    timed = [c for c in run.cases if c.status == OK and c.rounds]
+    if not timed:
+        return None
+    env = run.environment
+    key = (run.created, env.commit, env.gpu_slug, run.suite_hash)
+    with _connect(db, create=True) as conn, conn:
+        row = conn.execute(
+            "SELECT id FROM runs WHERE created=? AND commit_sha=? AND gpu_slug=? AND suite_hash=?",
+            key,
+        ).fetchone()
+        if row is not None:
+            return int(row[0])
+        cur = conn.execute(
+            "INSERT INTO runs (created, commit_sha, commit_dirty, branch, device, gpu_name,"
+            " gpu_slug, suite_name, suite_hash, torch, triton, driver)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                run.created,
+                env.commit,
+                int(env.commit_dirty),
+                env.branch,
+                env.device,
+                env.gpu_name,
+                env.gpu_slug,
+                run.suite_name,
+                run.suite_hash,
+                env.torch,
+                env.triton,
+                env.driver,
+            ),
+        )
+        run_id = int(cur.lastrowid or 0)
+        rows = []
+        for c in run.cases:
+            timed_ok = c.status == OK and bool(c.rounds)
+            host = stats.pooled(c.host_rounds)
+            rows.append(
+                (
+                    run_id,
+                    c.id,
+                    c.case.kernel,
+                    c.status,
+                    float(np.median(stats.pooled(c.rounds))) if timed_ok else None,
+                    json.dumps([float(m) for m in stats.round_medians(c.rounds)]),
+                    float(np.median(host)) if timed_ok and host.size else None,
+                    c.case.threshold.min_effect,
+                    c.kernel_hash,
+                )
+            )
+        conn.executemany("INSERT INTO case_medians VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    return run_id
+
+
+_POINT_SQL = """
+SELECT r.id, r.created, r.commit_sha, r.commit_dirty, r.branch, r.gpu_slug, r.suite_hash,
+       m.status, m.median, m.round_medians, m.host_median, m.min_effect, m.kernel_hash
+FROM case_medians m JOIN runs r ON r.id = m.run_id
+WHERE m.case_id = ? AND r.gpu_slug = ?
+ORDER BY r.created, r.id
+"""
+
+
+def _point(row: tuple[Any, ...]) -> HistoryPoint:
+    return HistoryPoint(
+        run_id=int(row[0]),
+        created=str(row[1]),
+        commit=str(row[2]),
+        commit_dirty=bool(row[3]),
+        branch=str(row[4]),
+        gpu_slug=str(row[5]),
+        suite_hash=str(row[6]),
+        status=str(row[7]),
+        median=None if row[8] is None else float(row[8]),
+        round_medians=tuple(float(x) for x in json.loads(row[9])),
+        host_median=None if row[10] is None else float(row[10]),
+        min_effect=float(row[11]),
+        kernel_hash=str(row[12]),
+    )
+
+
+def _gpus_of(conn: sqlite3.Connection, case_id: str) -> list[str]:
+    """GPU slugs holding this case, the most recently measured first."""
+    rows = conn.execute(
+        "SELECT r.gpu_slug FROM case_medians m JOIN runs r ON r.id = m.run_id "
+        "WHERE m.case_id = ? GROUP BY r.gpu_slug ORDER BY MAX(r.created) DESC, MAX(r.id) DESC",
+        (case_id,),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def _trend(
+    conn: sqlite3.Connection,
+    case_id: str,
+    gpu_slug: str | None,
+    limit: int | None,
+    alpha: float,
+    min_effect: float | None,
+) -> Trend | None:
+    gpus = _gpus_of(conn, case_id)
+    if not gpus or (gpu_slug is not None and gpu_slug not in gpus):
+        return None
+    gpu = gpu_slug or gpus[0]
+    points = [_point(r) for r in conn.execute(_POINT_SQL, (case_id, gpu)).fetchall()]
+    if limit is not None and limit > 0:
+        points = points[-limit:]
+    timed = [(i, p) for i, p in enumerate(points) if p.median is not None]
+    effect = min_effect if min_effect is not None else (timed[-1][1].min_effect if timed else 0.02)
+    raw = detect_steps(
+        [p.median for _, p in timed if p.median is not None], alpha=alpha, min_effect=effect
+    )
+    steps = tuple(
+        Step(timed[s.index][0], s.before, s.after, s.p_value) for s in raw
+    )  # index into ``points``, failed runs included
+    return Trend(case_id, gpu, tuple(points), steps, tuple(gpus))
+
+
+def _check_params(alpha: float, min_effect: float | None) -> None:
+    if not 0.0 < alpha < 1.0:
+        raise BadInput(f"alpha: must lie in (0, 1), got {alpha!r}")
+    if min_effect is not None and not 0.0 <= min_effect < 1.0:
+        raise BadInput(f"min_effect: must lie in [0, 1), got {min_effect!r}")
+
+
+def case_ids(db: str | Path = DEFAULT_DB) -> list[str]:
+    """Every case id with history, sorted."""
+    with _connect(db, create=False) as conn:
+        rows = conn.execute("SELECT DISTINCT case_id FROM case_medians ORDER BY case_id")
+        return [str(r[0]) for r in rows.fetchall()]
+
+
+def trend(
+    db: str | Path,
+    case_id: str,
+    *,
+    gpu_slug: str | None = None,
+    limit: int | None = None,
+    alpha: float = 0.01,
+    min_effect: float | None = None,
+) -> Trend:
+    """One case's history on one GPU (default: the GPU it was last measured on).
+
+    ``min_effect`` defaults to the case's threshold at its latest run.
+    """
+    _check_params(alpha, min_effect)
+    with _connect(db, create=False) as conn:
+        found = _trend(conn, case_id, gpu_slug, limit, alpha, min_effect)
+        if found is not None:
+            return found
+        gpus = _gpus_of(conn, case_id)
+    if gpus:
+        raise BadInput(
+            f"{db}: case {case_id!r} has no history on GPU {gpu_slug!r} "
+            f"(it has on: {', '.join(gpus)})"
+        )
+    known = case_ids(db)
+    hint = f"; known cases: {', '.join(known[:8])}" + (" ..." if len(known) > 8 else "")
+    raise BadInput(f"{db}: no history for case {case_id!r}" + (hint if known else ""))
+
+
+def trends(
+    db: str | Path,
+    case_ids_: Sequence[str],
+    *,
+    gpu_slug: str | None = None,
+    limit: int | None = None,
+    alpha: float = 0.01,
+) -> dict[str, Trend]:
+    """Trends of several cases on one GPU; cases without history there are left out."""
+    _check_params(alpha, None)
+    out: dict[str, Trend] = {}
+    with _connect(db, create=False) as conn:
+        for case_id in case_ids_:
+            found = _trend(conn, case_id, gpu_slug, limit, alpha, None)
+            if found is not None:
+                out[case_id] = found
+    return out
+
+
+def trend_json(t: Trend) -> dict[str, Any]:
+    return {
+        "case_id": t.case_id,
+        "gpu_slug": t.gpu_slug,
+        "gpu_slugs": list(t.gpu_slugs),
+        "points": [
+            {
+                "run_id": p.run_id,
+                "created": p.created,
+                "commit": p.commit,
+                "commit_dirty": p.commit_dirty,
+                "branch": p.branch,
+                "suite_hash": p.suite_hash,
+                "status": p.status,
+                "median_s": p.median,
+                "round_medians_s": list(p.round_medians),
+                "host_median_s": p.host_median,
+                "min_effect": p.min_effect,
+                "kernel_hash": p.kernel_hash,
+            }
+            for p in t.points
+        ],
+        "steps": [
+            {
+                "index": s.index,
+                "commit": t.points[s.index].commit,
+                "before_s": s.before,
+                "after_s": s.after,
+                "ratio": s.ratio,
+                "p_value": s.p_value,
+            }
+            for s in t.steps
+        ],
+    }
