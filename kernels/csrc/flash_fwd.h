@@ -1,0 +1,37 @@
+// FlashAttention-2 forward: the interface between the kernel TU and the torch binding.
+//
+// This header and flash_fwd.cu include no torch header, so the kernel compiles with a
+// plain `nvcc -c` on a machine whose torch is a CPU-only build (the CPU test does
+// that for sm_80, sm_89 and sm_90a). binding.cpp holds everything that needs torch.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+struct FlashFwdParams {
+  // (batch, heads, seq, head_dim) tensors, last dim contiguous. Strides are in
+  // elements; every stride must be a multiple of 8 and every pointer 16-byte aligned
+  // (K and V rows are copied with 16-byte cp.async; binding.cpp ensures both).
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  int64_t q_batch_stride, q_head_stride, q_row_stride;
+  int64_t k_batch_stride, k_head_stride, k_row_stride;
+  int64_t v_batch_stride, v_head_stride, v_row_stride;
+  int64_t o_batch_stride, o_head_stride, o_row_stride;
+  int batch;
+  int heads;     // query heads
+  int heads_kv;  // key/value heads; heads % heads_kv == 0 (grouped-query attention)
+  int seq_q;     // >= 1
+  int seq_k;     // >= 0
+  int head_dim;  // 64 or 128
+  float scale_log2;  // softmax scale * log2(e): the kernel uses exp2f
+  bool causal;       // top-left aligned: query i sees keys j <= i (torch SDPA is_causal)
+  bool is_bf16;      // else fp16
+};
+
+// Launches the kernel on `stream`. Returns cudaErrorInvalidValue for a head_dim or
+// shape it does not support, else the launch's cudaGetLastError().
+cudaError_t flash_fwd_launch(const FlashFwdParams& params, cudaStream_t stream);

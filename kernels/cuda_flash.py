@@ -1,0 +1,290 @@
+"""CUDA C++ FlashAttention-2 forward, built on first use as a torch extension.
+
+Algorithm: FlashAttention-2 (Dao, 2023) with ``mma.sync.m16n8k16`` tensor-core
+instructions: one block owns 64 (head_dim 64) or 128 (head_dim 128) query rows, each
+warp 16 of them with Q and the fp32 output accumulator in registers; K and V stream
+through shared memory in 64-key tiles (16-byte ``cp.async``, double-buffered, read
+with ``ldmatrix``); the softmax is the online one, in fp32 with ``exp2``. The source
+and its fragment-layout notes are in ``csrc/flash_fwd.cu``; ``csrc/binding.cpp`` is
+the torch entry point ``flash_fwd(q, k, v, causal, scale)``.
+
+Limits: forward only (the output does not track gradients); float16 and bfloat16;
+head_dim 64 or 128; GPUs of compute capability 8.0 or newer (A100, L4, H100, H200).
+Causal masking is top-left aligned like torch SDPA's ``is_causal`` (flash-attn aligns
+bottom-right).
+
+Build: ``torch.utils.cpp_extension.load`` with ninja, for the one architecture of the
+device in use (``sm_90a`` on Hopper), into
+``$ATTN_GUARD_CACHE/cuda_ext/<hash>-<arch>`` (default ``~/.cache/attn-guard``), where the
+hash covers the sources, the flags, torch and CUDA versions: a rebuild happens only
+when one of them changes, and concurrent processes share the build through torch's
+lock file. A failed build raises ``CudaBuildError`` carrying the compiler's output.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import numbers
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+KERNEL_SOURCE = CSRC / "flash_fwd.cu"  # torch-free: compiles with a plain nvcc
+BINDING_SOURCE = CSRC / "binding.cpp"
+SOURCES = (BINDING_SOURCE, KERNEL_SOURCE)
+HEADERS = (CSRC / "flash_fwd.h",)
+
+NVCC_FLAGS = ("-O3", "--use_fast_math", "-std=c++17")
+SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+MIN_CAPABILITY = (8, 0)  # mma.sync with bf16 and cp.async need sm_80
+
+_BUILD_LOG_TAIL_CHARS = 6000
+
+
+class CudaBuildError(RuntimeError):
+    """The extension failed to build; the message ends with the compiler's output."""
+
+
+def arch_flags(capability: tuple[int, int]) -> list[str]:
+    """nvcc ``-gencode`` flags for one device of compute ``capability``.
+
+    Hopper (9.0) gets ``sm_90a``, written in the ``-gencode`` form that nvcc 13.0
+    assembles without a plain sm_90 pass; others get their own ``sm_XY``.
+    """
+    major, minor = capability
+    arch = f"{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
+    return [f"-gencode=arch=compute_{arch},code=sm_{arch}"]
+
+
+def _arch_tag(capability: tuple[int, int]) -> str:
+    major, minor = capability
+    return f"sm{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
+
+
+def torch_nvcc_flags() -> list[str]:
+    """The defines torch's extension build passes to nvcc (no half operators etc.)."""
+    from torch.utils import cpp_extension
+
+    return list(getattr(cpp_extension, "COMMON_NVCC_FLAGS", ()))
+
+
+def find_nvcc() -> str | None:
+    """An nvcc to compile with: ``$CUDA_HOME/bin/nvcc``, else nvcc on PATH, else the
+    default install; None when there is none."""
+    from torch.utils import cpp_extension
+
+    for home in (
+        cpp_extension.CUDA_HOME,
+        os.environ.get("CUDA_HOME"),
+        os.environ.get("CUDA_PATH"),
+    ):
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return str(Path(home) / "bin" / "nvcc")
+    on_path = shutil.which("nvcc")
+    if on_path:
+        return on_path
+    default = Path("/usr/local/cuda/bin/nvcc")
+    return str(default) if default.is_file() else None
+
+
+def unavailable_reason() -> str | None:
+    """Why the kernel cannot run here, or None. Never builds anything."""
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is a build without CUDA"
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA GPU"
+    capability = torch.cuda.get_device_capability()
+    if capability < MIN_CAPABILITY:
+        return (
+            f"needs a CUDA GPU of compute capability {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} "
+            f"or newer; this one is {capability[0]}.{capability[1]}"
+        )
+    from torch.utils import cpp_extension
+
+    home = cpp_extension.CUDA_HOME
+    if home is None or not (Path(home) / "bin" / "nvcc").is_file():
+        return "CUDA compiler nvcc not found (set CUDA_HOME) to build the CUDA extension"
+    if not cpp_extension.is_ninja_available():
+        return "ninja not found: torch's CUDA extension build needs it (pip install ninja)"
+    return None
+
+
+def source_hash(extra: Sequence[str] = ()) -> str:
+    """Hash of the sources, headers, build flags, torch and CUDA versions."""
+    digest = hashlib.sha256()
+    for path in (*SOURCES, *HEADERS):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    for item in (*NVCC_FLAGS, *extra, torch.__version__, str(torch.version.cuda)):
+        digest.update(item.encode())
+    return digest.hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """``$ATTN_GUARD_CACHE/cuda_ext``, else ``~/.cache/attn-guard/cuda_ext``."""
+    base = os.environ.get("ATTN_GUARD_CACHE")
+    root = Path(base) if base else Path.home() / ".cache" / "attn-guard"
+    return root / "cuda_ext"
+
+
+def build_directory(capability: tuple[int, int]) -> Path:
+    """Where the extension for ``capability`` is built: ``<cache_root>/<hash>-<arch>``."""
+    flags = arch_flags(capability)
+    return cache_root() / f"{source_hash(flags)}-{_arch_tag(capability)}"
+
+
+@functools.cache
+def load_extension(capability: tuple[int, int]) -> ModuleType:
+    """Build (or reuse) and import the extension for one compute capability."""
+    from torch.utils import cpp_extension
+
+    flags = arch_flags(capability)
+    build_dir = build_directory(capability)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return cpp_extension.load(
+            name=f"attn_guard_cuda_flash_{source_hash(flags)}",
+            sources=[str(path) for path in SOURCES],
+            extra_cuda_cflags=[*NVCC_FLAGS, *flags],
+            build_directory=str(build_dir),
+            verbose=False,
+        )
+    except (RuntimeError, OSError, ImportError, subprocess.SubprocessError) as exc:
+        text = str(exc)
+        tail = text[-_BUILD_LOG_TAIL_CHARS:]
+        if len(text) > len(tail):
+            tail = "...\n" + tail
+        raise CudaBuildError(
+            f"building the CUDA flash-attention extension for {_arch_tag(capability)} "
+            f"in {build_dir} failed:\n{tail}"
+        ) from exc
+
+
+def compile_kernel_object(
+    gencode: str,
+    output: Path,
+    *,
+    extra_flags: Sequence[str] = (),
+    nvcc: str | None = None,
+    timeout: float = 600.0,
+) -> subprocess.CompletedProcess[str]:
+    """Compile ``csrc/flash_fwd.cu`` alone, without torch, with the extension's flags.
+
+    For the CPU compile test and the benchmark's ``-Xptxas -v`` report. ``gencode`` is
+    one ``-gencode=...`` flag; the result's stdout/stderr hold the compiler output.
+    """
+    nvcc = nvcc or find_nvcc()
+    if nvcc is None:
+        raise FileNotFoundError("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+    cmd = [
+        nvcc,
+        "-c",
+        str(KERNEL_SOURCE),
+        "-o",
+        str(output),
+        gencode,
+        *NVCC_FLAGS,
+        *torch_nvcc_flags(),
+        *extra_flags,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _validate(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None
+) -> float:
+    """The softmax scale to use; ValueError naming the first bad argument."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(f"{name} must be float16 or bfloat16, got {t.dtype}")
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name} has dtype {t.dtype} but q has {q.dtype}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name} must have 4 dims (batch, heads, seq, head_dim), got shape {tuple(t.shape)}"
+            )
+        if t.shape[-1] not in SUPPORTED_HEAD_DIMS:
+            raise ValueError(f"{name} head_dim must be 64 or 128, got {t.shape[-1]}")
+        if t.shape[-1] != q.shape[-1]:
+            raise ValueError(f"{name} head_dim {t.shape[-1]} differs from q's {q.shape[-1]}")
+        if t.shape[0] != q.shape[0]:
+            raise ValueError(f"{name} batch {t.shape[0]} differs from q's {q.shape[0]}")
+    if k.shape[1] != v.shape[1]:
+        raise ValueError(f"v has {v.shape[1]} heads but k has {k.shape[1]}")
+    if k.shape[1] == 0 or q.shape[1] % k.shape[1] != 0:
+        raise ValueError(f"q heads ({q.shape[1]}) must be a multiple of k heads ({k.shape[1]})")
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(f"v has seq {v.shape[2]} but k has {k.shape[2]}")
+    if max(q.shape[0], q.shape[1]) > 65535:
+        raise ValueError(f"q batch and heads must be at most 65535, got {tuple(q.shape)}")
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be a bool, got {type(causal).__name__}")
+    if scale is None:
+        scale_value = 1.0 / math.sqrt(q.shape[-1])
+    else:
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+            raise ValueError(f"scale must be a number or None, got {type(scale).__name__}")
+        scale_value = float(scale)
+        if not math.isfinite(scale_value):
+            raise ValueError(f"scale must be finite, got {scale_value}")
+    # Devices last, so that every other check also runs (and is tested) on the CPU.
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.device.type != "cuda":
+            raise ValueError(f"{name} must be a CUDA tensor, got device {t.device}")
+    for name, t in (("k", k), ("v", v)):
+        if t.device != q.device:
+            raise ValueError(f"{name} is on device {t.device} but q is on {q.device}")
+    return scale_value
+
+
+def flash_attention_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T * scale) v with the CUDA FlashAttention-2 forward kernel.
+
+    Args:
+        q: (batch, heads, seq_q, head_dim) CUDA tensor, float16 or bfloat16,
+            head_dim 64 or 128. Any strides (the binding copies a tensor whose last
+            dim is not contiguous or whose strides are not multiples of 8).
+        k, v: (batch, heads_kv, seq_k, head_dim), same dtype and device as ``q``;
+            ``heads`` must be a multiple of ``heads_kv`` (grouped-query attention).
+            ``seq_k`` may differ from ``seq_q``.
+        causal: mask keys after the query, top-left aligned as torch SDPA's
+            ``is_causal``: query ``i`` sees keys ``j <= i`` whatever ``seq_q`` and
+            ``seq_k`` are (flash-attn's own kernels align bottom-right instead).
+        scale: softmax scale; ``1 / sqrt(head_dim)`` when None.
+
+    Returns:
+        (batch, heads, seq_q, head_dim) contiguous tensor in ``q``'s dtype; zeros
+        where ``seq_k`` is 0. Forward only: the result does not track gradients.
+
+    Raises:
+        ValueError: an argument is of the wrong type, device, dtype or shape (the
+            message names it); checked before anything is built.
+        CudaBuildError: the extension failed to build.
+    """
+    scale_value = _validate(q, k, v, causal, scale)
+    capability = torch.cuda.get_device_capability(q.device)
+    if capability < MIN_CAPABILITY:
+        raise ValueError(
+            f"q is on {q.device} of compute capability {capability[0]}.{capability[1]}; "
+            f"the kernel needs {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or newer"
+        )
+    return load_extension(capability).flash_fwd(q, k, v, causal, scale_value)

@@ -1,0 +1,410 @@
+"""Tests of the CUDA C++ FlashAttention-2 forward (kernels/cuda_flash.py, kernels/csrc).
+
+CPU: the kernel TU compiles with the machine's nvcc for sm_80, sm_89, sm_90 and sm_90a
+(no register spills on sm_90a), a torch-free stub links and runs, the torch binding
+type-checks against torch's headers, and the Python wrapper validates its arguments.
+GPU (``-m gpu``): results against a float32 reference, with the tolerance "max abs
+error at most 2x that of torch SDPA in the same dtype, plus one eps of the dtype at the
+output's magnitude".
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sysconfig
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels import cuda_flash
+from kernels.reference import attention_reference
+from kernels.sdpa import sdpa_default
+
+# --------------------------------------------------------------------------------------
+# CPU: compile checks with the machine's nvcc
+# --------------------------------------------------------------------------------------
+
+GENCODES = {
+    "sm_80": "-gencode=arch=compute_80,code=sm_80",
+    "sm_89": "-gencode=arch=compute_89,code=sm_89",
+    "sm_90": "-gencode=arch=compute_90,code=sm_90",
+    "sm_90a": "-gencode=arch=compute_90a,code=sm_90a",  # what the runner builds on Hopper
+}
+_COMPILE_TIMEOUT_S = 300
+
+
+def _nvcc_or_skip() -> str:
+    nvcc = cuda_flash.find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc not found (no CUDA toolkit on this machine; set CUDA_HOME)")
+    return nvcc
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=_COMPILE_TIMEOUT_S, check=False
+    )
+
+
+def _binding_check_cmd(nvcc: str, out_dir: Path) -> list[str]:
+    """Type-check binding.cpp against torch's headers (host code only, no object file).
+
+    FLASH_HOST_SYNTAX_ONLY stands in for the c10/cuda headers that a CPU-only torch
+    wheel lacks; everything else in the file compiles as it does in the real build.
+    """
+    from torch.utils import cpp_extension
+
+    includes = [*cpp_extension.include_paths(), sysconfig.get_paths()["include"]]
+    return [
+        nvcc,
+        "-c",
+        str(cuda_flash.BINDING_SOURCE),
+        "-o",
+        str(out_dir / "binding.o"),
+        "-std=c++20",  # torch >= 2.10 headers want C++20, as its extension builds use
+        "-Xcompiler",
+        "-fsyntax-only",
+        "-DFLASH_HOST_SYNTAX_ONLY",
+        "-DTORCH_EXTENSION_NAME=flash_syntax_check",
+        "-DTORCH_API_INCLUDE_EXTENSION_H",
+        *[arg for inc in includes for arg in ("-isystem", inc)],
+    ]
+
+
+@pytest.fixture(scope="module")
+def compile_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Run every compile of this module at once (they are independent)."""
+    nvcc = _nvcc_or_skip()
+    out_dir = tmp_path_factory.mktemp("cuda_flash_build")
+    jobs = {}
+    with ThreadPoolExecutor(max_workers=len(GENCODES) + 2) as pool:
+        for arch, gencode in GENCODES.items():
+            extra = ("-Xptxas", "-v") if arch == "sm_90a" else ()
+            jobs[arch] = pool.submit(
+                cuda_flash.compile_kernel_object,
+                gencode,
+                out_dir / f"flash_fwd_{arch}.o",
+                extra_flags=extra,
+                nvcc=nvcc,
+                timeout=_COMPILE_TIMEOUT_S,
+            )
+        stub = out_dir / "flash_fwd_stub"
+        jobs["stub"] = pool.submit(
+            _run,
+            [
+                nvcc,
+                str(cuda_flash.KERNEL_SOURCE),
+                "-o",
+                str(stub),
+                "-DFLASH_STANDALONE_STUB",
+                GENCODES["sm_80"],
+                *cuda_flash.NVCC_FLAGS,
+                *cuda_flash.torch_nvcc_flags(),
+            ],
+        )
+        jobs["binding"] = pool.submit(_run, _binding_check_cmd(nvcc, out_dir))
+        results = {name: job.result() for name, job in jobs.items()}
+    results["stub_path"] = stub
+    return results
+
+
+def _output(proc: subprocess.CompletedProcess[str]) -> str:
+    return (proc.stdout + proc.stderr)[-8000:]
+
+
+@pytest.mark.parametrize("arch", sorted(GENCODES))
+def test_kernel_compiles(compile_results: dict, arch: str) -> None:
+    proc = compile_results[arch]
+    assert proc.returncode == 0, f"nvcc failed for {arch}:\n{_output(proc)}"
+    own_warnings = [
+        line for line in _output(proc).splitlines() if "flash_fwd" in line and "warning" in line
+    ]
+    assert not own_warnings, "\n".join(own_warnings)
+
+
+def test_kernel_has_no_register_spills(compile_results: dict) -> None:
+    proc = compile_results["sm_90a"]
+    assert proc.returncode == 0, _output(proc)
+    report = _output(proc)
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert spills, f"no ptxas report in the output:\n{report}"
+    assert all(s == "0" and ld == "0" for s, ld in spills), f"register spills:\n{report}"
+    assert "bytes stack frame" in report
+    assert not re.search(r"[1-9]\d* bytes stack frame", report), f"local memory:\n{report}"
+
+
+def test_standalone_stub_links_and_runs(compile_results: dict) -> None:
+    proc = compile_results["stub"]
+    assert proc.returncode == 0, f"stub build failed:\n{_output(proc)}"
+    run = _run([str(compile_results["stub_path"])])
+    assert run.returncode == 0, f"the dispatcher accepted head_dim 96:\n{_output(run)}"
+
+
+def test_binding_compiles_against_torch_headers(compile_results: dict) -> None:
+    proc = compile_results["binding"]
+    assert proc.returncode == 0, f"binding.cpp does not compile:\n{_output(proc)}"
+
+
+# --------------------------------------------------------------------------------------
+# CPU: availability, build plumbing, argument validation
+# --------------------------------------------------------------------------------------
+
+needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+
+
+@needs_no_cuda
+def test_unavailable_reason_names_cuda() -> None:
+    reason = cuda_flash.unavailable_reason()
+    assert isinstance(reason, str)
+    assert "CUDA" in reason
+
+
+@needs_no_cuda
+def test_cpu_tensors_raise_value_error_naming_device() -> None:
+    q = torch.randn(1, 2, 8, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"q must be a CUDA tensor, got device cpu"):
+        cuda_flash.flash_attention_fwd(q, q, q)
+
+
+def test_arch_flags() -> None:
+    assert cuda_flash.arch_flags((9, 0)) == ["-gencode=arch=compute_90a,code=sm_90a"]
+    assert cuda_flash.arch_flags((8, 9)) == ["-gencode=arch=compute_89,code=sm_89"]
+    assert cuda_flash.arch_flags((8, 0)) == ["-gencode=arch=compute_80,code=sm_80"]
+
+
+def test_build_directory_follows_cache_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ATTN_GUARD_CACHE", str(tmp_path))
+    build_dir = cuda_flash.build_directory((9, 0))
+    assert build_dir.parent == tmp_path / "cuda_ext"
+    assert build_dir.name.endswith("-sm90a")
+    assert build_dir.name.split("-")[0] == cuda_flash.source_hash(cuda_flash.arch_flags((9, 0)))
+    assert cuda_flash.build_directory((8, 0)) != build_dir
+
+
+def test_build_failure_raises_cuda_build_error_with_compiler_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch.utils import cpp_extension
+
+    def failing_load(**kwargs: object) -> None:
+        raise RuntimeError("Error building extension: " + "x" * 10000 + "\nerror: LAST LINE")
+
+    monkeypatch.setenv("ATTN_GUARD_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load", failing_load)
+    with pytest.raises(cuda_flash.CudaBuildError, match="LAST LINE") as info:
+        cuda_flash.load_extension.__wrapped__((9, 0))
+    assert isinstance(info.value, RuntimeError)
+    assert len(str(info.value)) < 7000
+
+
+def _t(*shape: int, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+    return torch.randn(*shape, dtype=dtype)
+
+
+BAD_ARGS = [
+    ("not a tensor", lambda: ([1.0], _t(1, 2, 8, 64), _t(1, 2, 8, 64), {}), r"^q must be a torch"),
+    ("float32", lambda: (_t(1, 2, 8, 64, dtype=torch.float32),) * 3 + ({},), r"^q must be float16"),
+    (
+        "mixed dtypes",
+        lambda: (_t(1, 2, 8, 64), _t(1, 2, 8, 64, dtype=torch.bfloat16), _t(1, 2, 8, 64), {}),
+        r"^k has dtype",
+    ),
+    ("rank 3", lambda: (_t(2, 8, 64),) * 3 + ({},), r"^q must have 4 dims"),
+    ("head_dim 96", lambda: (_t(1, 2, 8, 96),) * 3 + ({},), r"^q head_dim must be 64 or 128"),
+    (
+        "head_dim mismatch",
+        lambda: (_t(1, 2, 8, 64), _t(1, 2, 8, 128), _t(1, 2, 8, 64), {}),
+        r"^k head_dim 128 differs",
+    ),
+    (
+        "batch mismatch",
+        lambda: (_t(2, 2, 8, 64), _t(1, 2, 8, 64), _t(1, 2, 8, 64), {}),
+        r"^k batch 1 differs",
+    ),
+    (
+        "k/v heads mismatch",
+        lambda: (_t(1, 4, 8, 64), _t(1, 2, 8, 64), _t(1, 1, 8, 64), {}),
+        r"^v has 1 heads",
+    ),
+    (
+        "q heads not a multiple",
+        lambda: (_t(1, 3, 8, 64), _t(1, 2, 8, 64), _t(1, 2, 8, 64), {}),
+        r"^q heads \(3\) must be a multiple",
+    ),
+    (
+        "k/v seq mismatch",
+        lambda: (_t(1, 2, 8, 64), _t(1, 2, 8, 64), _t(1, 2, 9, 64), {}),
+        r"^v has seq 9",
+    ),
+    ("causal not bool", lambda: (_t(1, 2, 8, 64),) * 3 + ({"causal": 1},), r"^causal must be"),
+    ("scale nan", lambda: (_t(1, 2, 8, 64),) * 3 + ({"scale": float("nan")},), r"^scale must"),
+    ("scale str", lambda: (_t(1, 2, 8, 64),) * 3 + ({"scale": "0.1"},), r"^scale must"),
+]
+
+
+@pytest.mark.parametrize(("label", "make", "pattern"), BAD_ARGS, ids=[b[0] for b in BAD_ARGS])
+def test_bad_arguments_raise_value_error(label: str, make, pattern: str) -> None:
+    q, k, v, kwargs = make()
+    with pytest.raises(ValueError, match=pattern):
+        cuda_flash.flash_attention_fwd(q, k, v, **kwargs)
+
+
+# --------------------------------------------------------------------------------------
+# GPU: correctness against a float32 reference
+# --------------------------------------------------------------------------------------
+
+
+def _gpu_skip_reason() -> str | None:
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA GPU"
+    return cuda_flash.unavailable_reason()
+
+
+_GPU_REASON = _gpu_skip_reason()
+gpu = pytest.mark.skipif(_GPU_REASON is not None, reason=_GPU_REASON or "")
+
+SEQ_PAIRS = [
+    (1, 1),
+    (17, 17),
+    (113, 113),
+    (1000, 1000),
+    (2047, 2047),
+    (113, 203),
+    (203, 113),
+    (1, 1000),
+    (1000, 1),
+    (17, 2047),
+    (2047, 17),
+]
+
+
+def _inputs(
+    batch: int,
+    heads: int,
+    heads_kv: int,
+    seq_q: int,
+    seq_k: int,
+    head_dim: int,
+    dtype: torch.dtype,
+    seed: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, device="cuda", dtype=dtype)
+
+    return (
+        randn(batch, heads, seq_q, head_dim),
+        randn(batch, heads_kv, seq_k, head_dim),
+        randn(batch, heads_kv, seq_k, head_dim),
+    )
+
+
+def _check_against_reference(
+    out: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    scale: float | None = None,
+) -> None:
+    ref = attention_reference(q, k, v, causal=causal, scale=scale, dtype=torch.float32)
+    assert out.shape == q.shape
+    assert out.dtype == q.dtype
+    assert not torch.isnan(out).any(), "NaN in the output"
+    assert torch.isfinite(out).all(), "Inf in the output"
+    same_dtype = sdpa_default(q, k, v, causal=causal, scale=scale)
+    err = (out.float() - ref).abs().max().item()
+    sdpa_err = (same_dtype.float() - ref).abs().max().item()
+    # One eps of the dtype at the output's largest magnitude: the rounding of the final
+    # store alone can cost half of that, whatever SDPA's own error happened to be.
+    floor = torch.finfo(q.dtype).eps * max(ref.abs().max().item(), 1.0)
+    assert err <= 2 * sdpa_err + floor, (
+        f"max error {err:.3e} > 2 x SDPA's {sdpa_err:.3e} + {floor:.1e}"
+    )
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize(("seq_q", "seq_k"), SEQ_PAIRS)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_matches_reference(
+    dtype: torch.dtype, causal: bool, head_dim: int, seq_q: int, seq_k: int
+) -> None:
+    q, k, v = _inputs(2, 3, 3, seq_q, seq_k, head_dim, dtype, seed=seq_q * 7919 + seq_k)
+    out = cuda_flash.flash_attention_fwd(q, k, v, causal=causal)
+    _check_against_reference(out, q, k, v, causal=causal)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_large_scores_and_custom_scale(dtype: torch.dtype, head_dim: int) -> None:
+    # Scores of tens of units: every key tile moves the running max, so the online
+    # rescaling (alpha) is exercised, not only the first tile's.
+    q, k, v = _inputs(1, 4, 4, 300, 517, head_dim, dtype, seed=3)
+    q = q * 4
+    out = cuda_flash.flash_attention_fwd(q, k, v, causal=True, scale=0.3)
+    _check_against_reference(out, q, k, v, causal=True, scale=0.3)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_grouped_query_heads(causal: bool) -> None:
+    q, k, v = _inputs(2, 8, 2, 257, 190, 64, torch.float16, seed=5)
+    out = cuda_flash.flash_attention_fwd(q, k, v, causal=causal)
+    _check_against_reference(out, q, k, v, causal=causal)
+
+
+@pytest.mark.gpu
+@gpu
+def test_strided_inputs() -> None:
+    # (batch, seq, heads, dim) memory seen as (batch, heads, seq, dim), as after a
+    # projection; and a head_dim slice with stride 2, which the binding must copy.
+    dtype = torch.bfloat16
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    bshd = torch.randn(2, 333, 4, 128, generator=gen, device="cuda", dtype=dtype)
+    q = bshd.transpose(1, 2)
+    k = torch.randn(2, 4, 129, 128, generator=gen, device="cuda", dtype=dtype)[..., ::2]
+    v = torch.randn(2, 4, 129, 64, generator=gen, device="cuda", dtype=dtype)
+    out = cuda_flash.flash_attention_fwd(q[..., :64], k, v, causal=True)
+    _check_against_reference(out, q[..., :64], k, v, causal=True)
+    assert out.is_contiguous()
+
+
+@pytest.mark.gpu
+@gpu
+def test_empty_keys_give_zeros_and_empty_queries_give_empty() -> None:
+    q, k, v = _inputs(1, 2, 2, 5, 0, 64, torch.float16, seed=1)
+    out = cuda_flash.flash_attention_fwd(q, k, v)
+    assert torch.equal(out, torch.zeros_like(q))
+    q, k, v = _inputs(1, 2, 2, 0, 5, 64, torch.float16, seed=1)
+    assert cuda_flash.flash_attention_fwd(q, k, v).shape == (1, 2, 0, 64)
+
+
+@pytest.mark.gpu
+@gpu
+def test_mixed_devices_raise_value_error() -> None:
+    q = torch.randn(1, 2, 8, 64, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"^k must be a CUDA tensor, got device cpu"):
+        cuda_flash.flash_attention_fwd(q, q.cpu(), q)
+
+
+@pytest.mark.gpu
+@gpu
+def test_registry_entry_runs() -> None:
+    from kernels import registry
+
+    spec = registry.get("cuda_flash")
+    assert spec.probe("cuda") is None
+    fn = spec.loader()
+    q, k, v = _inputs(1, 2, 2, 64, 64, 64, torch.float16, seed=4)
+    _check_against_reference(fn(q, k, v, causal=False, scale=None), q, k, v, causal=False)
