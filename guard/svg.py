@@ -141,7 +141,7 @@ def _x_axis(
 
 
 def distribution_svg(
-    arms: Sequence[tuple[str, Sequence[Sequence[float]]]], *, width: float = 680
+    arms: Sequence[tuple[str, Sequence[Sequence[float]]]], *, width: float = 760
 ) -> str:
     """Box plot of all samples per arm, and below it one strip per round.
 
@@ -164,7 +164,7 @@ def distribution_svg(
     else:
         lo, hi = _padded(vmin, vmax, 0.04)
     x = _Scale(lo, hi, left, width - right, log=log)
-    box_h, lane_h, gap = 18.0, 9.0, 14.0
+    box_h, lane_h, gap = 18.0, 10.0, 14.0
     body: list[str] = []
     y = 8.0
     grid_top = y
@@ -230,7 +230,7 @@ def ratio_svg(
     *,
     verdict: str = "",
     confidence: float | None = None,
-    width: float = 680,
+    width: float = 760,
 ) -> str:
     """The ratio (candidate / baseline) and its interval against the band
     [1 - min_effect, 1 + min_effect], which is shaded. Log axis (ratios are symmetric
@@ -288,8 +288,8 @@ def trend_svg(
     titles: Sequence[str] = (),
     steps: Sequence[tuple[int, str, bool]] = (),
     segments: Sequence[tuple[int, int, float]] = (),
-    width: float = 680,
-    height: float = 210,
+    width: float = 760,
+    height: float = 220,
 ) -> str:
     """A line chart of seconds per call over runs (oldest left).
 

@@ -1,0 +1,203 @@
+"""The history store (append, query, versioning) and its step detection."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import report_data as data
+
+from guard import history, report
+from guard.errors import BadInput
+from guard.results import CRASHED, CaseResult
+
+CASE = "triton_flash/b1-h8-s512-d64-full"
+FLAT = "sdpa_flash/b1-h8-s512-d64-full"
+
+
+# ----------------------------------------------------------------- the store
+
+
+def test_append_and_query(tmp_path: Path) -> None:
+    db = tmp_path / "sub" / "h.sqlite"  # the folder is created
+    runs = data.history_runs(n=5, step_at=3)
+    ids = [history.append(r, db) for r in runs]
+    assert ids == [1, 2, 3, 4, 5]
+    t = history.trend(db, CASE)
+    assert t.gpu_slug == "nvidia-h100-80gb-hbm3"
+    assert [p.commit for p in t.points] == [r.environment.commit for r in runs]
+    assert [p.created for p in t.points] == [r.created for r in runs]
+    first = runs[0].case(CASE)
+    assert first is not None
+    p0 = t.points[0]
+    assert p0.median == pytest.approx(float(np.median(first.samples)))
+    assert p0.round_medians == pytest.approx([float(np.median(r)) for r in first.rounds])
+    assert p0.suite_hash == "5eed5eed5eed5eed" and p0.status == "ok"
+    assert p0.min_effect == pytest.approx(0.02)
+    assert history.case_ids(db)[0] == "sdpa_efficient/b1-h8-s512-d64-causal"
+    assert len(history.case_ids(db)) == 9
+
+
+def test_append_is_idempotent(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    run = data.history_runs(n=1)[0]
+    assert history.append(run, db) == history.append(run, db)
+    assert len(history.trend(db, CASE).points) == 1
+
+
+def test_append_without_timings_stores_nothing(tmp_path: Path) -> None:
+    run = data.history_runs(n=1)[0]
+    untimed = replace(run, cases=tuple(replace(c, rounds=()) for c in run.cases))
+    assert history.append(untimed, tmp_path / "h.sqlite") is None
+    assert not (tmp_path / "h.sqlite").exists()
+
+
+def test_failed_case_is_a_point_without_median(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    runs = data.history_runs(n=12, step_at=8, factor=1.2)
+    broken = runs[4]
+    cases = tuple(
+        CaseResult(c.case, CRASHED, reason="planted") if c.id == CASE else c for c in broken.cases
+    )
+    runs[4] = replace(broken, cases=cases)
+    for r in runs:
+        history.append(r, db)
+    t = history.trend(db, CASE)
+    assert len(t.points) == 12 and t.points[4].median is None
+    assert t.points[4].status == CRASHED
+    assert [s.index for s in t.steps] == [8]  # indexes count the failed run
+    assert t.steps[0].ratio == pytest.approx(1.2, rel=0.02)
+
+
+def test_trend_per_gpu(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    h100 = data.history_runs(n=3)
+    h200 = [
+        replace(
+            r,
+            environment=data.env(gpu_name="NVIDIA H200", gpu_slug="nvidia-h200"),
+            created=r.created.replace("2026-10", "2026-11"),
+        )
+        for r in data.history_runs(n=2)
+    ]
+    for r in (*h100, *h200):
+        history.append(r, db)
+    latest = history.trend(db, CASE)
+    assert latest.gpu_slug == "nvidia-h200" and len(latest.points) == 2
+    assert latest.gpu_slugs == ("nvidia-h200", "nvidia-h100-80gb-hbm3")
+    assert len(history.trend(db, CASE, gpu_slug="nvidia-h100-80gb-hbm3").points) == 3
+    assert len(history.trend(db, CASE, gpu_slug="nvidia-h100-80gb-hbm3", limit=2).points) == 2
+    with pytest.raises(BadInput, match="no history on GPU 'l4'"):
+        history.trend(db, CASE, gpu_slug="l4")
+    only = history.trends(db, [CASE, "nope/x"], gpu_slug="nvidia-h200")
+    assert list(only) == [CASE]
+
+
+def test_bad_databases(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="no history database"):
+        history.trend(tmp_path / "missing.sqlite", CASE)
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("not a database at all " * 100)
+    with pytest.raises(BadInput, match=r"junk\.sqlite"):
+        history.trend(junk, CASE)
+    with pytest.raises(BadInput, match=r"junk\.sqlite"):
+        history.append(data.history_runs(n=1)[0], junk)
+    newer = tmp_path / "newer.sqlite"
+    history.append(data.history_runs(n=1)[0], newer)
+    with sqlite3.connect(newer) as conn:
+        conn.execute(f"PRAGMA user_version = {history.HISTORY_SCHEMA_VERSION + 1}")
+    with pytest.raises(BadInput, match="newer than this guard understands"):
+        history.trend(newer, CASE)
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    with pytest.raises(BadInput, match="not a guard history database"):
+        history.append(data.history_runs(n=1)[0], other)
+    with pytest.raises(BadInput, match="alpha"):
+        history.trend(newer, CASE, alpha=0.0)
+
+
+def test_history_rows_flag_the_step(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    for r in data.history_runs(n=10, step_at=6, factor=1.1):
+        history.append(r, db)
+    t = history.trend(db, CASE)
+    rows = report.history_rows(t)
+    assert len(rows) == 10
+    assert [i for i, r in enumerate(rows) if r[-1]] == [6]
+    assert rows[6][-1].startswith("STEP slower 1.1")
+    assert rows[0][5] == "—" and rows[1][5].endswith("%")
+    flat = history.trend(db, FLAT)
+    assert flat.steps == ()
+    js = history.trend_json(t)
+    assert js["steps"][0]["commit"] == t.points[6].commit and len(js["points"]) == 10
+
+
+# -------------------------------------------------------------- change points
+
+
+def _noise(seed: int, n: int, cv: float = 0.01) -> np.ndarray:
+    return 20e-6 * np.exp(np.random.default_rng(seed).normal(0.0, cv, n))
+
+
+def test_planted_step_is_found_where_it_is() -> None:
+    x = _noise(1, 40)
+    x[25:] *= 1.05
+    steps = history.detect_steps(x)
+    assert [s.index for s in steps] == [25]
+    assert steps[0].ratio == pytest.approx(1.05, rel=0.01)
+    assert steps[0].kind == "slower" and steps[0].p_value < 1e-6
+
+
+def test_two_steps_each_against_its_neighbours() -> None:
+    x = _noise(2, 60)
+    x[20:] *= 1.10
+    x[40:] /= 1.20
+    steps = history.detect_steps(x)
+    assert [s.index for s in steps] == [20, 40]
+    assert steps[0].ratio == pytest.approx(1.10, rel=0.01)
+    assert steps[1].ratio == pytest.approx(1 / 1.20, rel=0.01)
+    assert steps[1].kind == "faster"
+
+
+def test_recent_step_three_runs_back() -> None:
+    x = _noise(3, 20)
+    x[17:] *= 1.05
+    assert [s.index for s in history.detect_steps(x)] == [17]
+    assert history.detect_steps(x[:19]) == ()  # two runs back: not yet told from noise
+
+
+def test_no_false_step_on_flat_noise() -> None:
+    """Fixed seeds: 300 flat series of 60 runs at 1% noise, no step at all."""
+    found = [s for seed in range(300) for s in history.detect_steps(_noise(seed, 60))]
+    assert found == []
+
+
+def test_small_significant_shift_is_not_a_step() -> None:
+    x = _noise(4, 60, cv=0.001)
+    x[30:] *= 1.01  # clearly significant, but under the 2% threshold
+    assert history.detect_steps(x) == ()
+    assert [s.index for s in history.detect_steps(x, min_effect=0.005)] == [30]
+
+
+def test_outlier_is_not_a_step() -> None:
+    for where in (0, 1, 2, 10, 27, 28, 29):
+        x = _noise(5, 30)
+        x[where] *= 3.0
+        assert history.detect_steps(x) == (), where
+
+
+def test_detect_steps_edges() -> None:
+    assert history.detect_steps([]) == ()
+    assert history.detect_steps([1e-3] * 10) == ()
+    steps = history.detect_steps([1.0, 1.0, 1.0, 2.0, 2.0, 2.0])
+    assert [(s.index, s.before, s.after) for s in steps] == [(3, 1.0, 2.0)]
+    with pytest.raises(ValueError, match="positive"):
+        history.detect_steps([1.0, -1.0, 1.0])
+    with pytest.raises(ValueError, match="alpha"):
+        history.detect_steps([1.0] * 6, alpha=1.5)
+    with pytest.raises(ValueError, match="min_size"):
+        history.detect_steps([1.0] * 6, min_size=1)

@@ -1,0 +1,395 @@
+"""The reports: Markdown golden files, the self-contained HTML (also rendered in
+headless Chromium), the inline SVG plots, and the ``report``/``history`` commands.
+
+Regenerate the golden files after an intended change with
+``UPDATE_GOLDEN=1 python -m pytest tests/test_report.py`` and review the diff;
+``UPDATE_DOCS=1`` also rewrites ``docs/report.png`` from the Chromium screenshot.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import report_data as data
+
+from guard import cli, history, render, report, results, svg
+from guard.compare import compare_runs
+from guard.results import CaseResult
+from guard.suite import flops
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "golden"
+CHROMIUM = Path("/usr/bin/chromium")
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="headless Chromium not installed (/usr/bin/chromium): "
+    "apt-get install -y chromium (.ci/run installs it)",
+)
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return
+    assert path.exists(), f"{path} is missing: run with UPDATE_GOLDEN=1 to create it"
+    expected = path.read_text(encoding="utf-8")
+    if text != expected:
+        diff = "".join(
+            difflib.unified_diff(
+                expected.splitlines(True), text.splitlines(True), str(path), "rendered"
+            )
+        )
+        pytest.fail(f"{name} differs from its golden file (UPDATE_GOLDEN=1 to accept):\n{diff}")
+
+
+# ------------------------------------------------------------------ Markdown
+
+
+def test_comparison_markdown_fail_golden() -> None:
+    check_golden("comparison_fail.md", render.comparison_markdown(data.fixed_comparison("fail")))
+
+
+def test_comparison_markdown_pass_golden() -> None:
+    md = render.comparison_markdown(
+        data.fixed_comparison("pass"), report_url="https://example.invalid/run/1"
+    )
+    check_golden("comparison_pass.md", md)
+
+
+def test_run_markdown_golden() -> None:
+    check_golden("run.md", render.run_markdown(data.fixed_run()))
+    check_golden(
+        "run_no_verdict.md",
+        render.run_markdown(data.fixed_run(), "no baseline for this hardware"),
+    )
+
+
+def test_comparison_markdown_order() -> None:
+    """Verdict first, the cases that moved in the table, the rest folded away."""
+    md = render.comparison_markdown(data.fixed_comparison("fail"))
+    lines = md.splitlines()
+    assert lines[2] == "**FAIL: 1 case(s) with wrong results, 1 significant regression(s)**"
+    table, folded = md.split("<details><summary>", 1)[0], md.split("<details><summary>", 1)[1]
+    assert "triton_flash/b1-h8-s512-d64-full" in table  # regression: moved
+    assert "cuda_flash/b1-h8-s512-d64-causal" in table  # wrong: moved
+    assert "triton_flash/b1-h8-s512-d64-causal" not in table  # unchanged: folded
+    assert "triton_flash/b1-h8-s512-d64-causal" in folded
+    assert "Environment differs" in md and "580.82" in md
+
+
+# ----------------------------------------------------------------- the HTML
+
+EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//|@import|url\(""", re.I)
+
+
+def _svgs(html: str) -> list[str]:
+    return re.findall(r"<svg\b.*?</svg>", html, flags=re.S)
+
+
+def _assert_self_contained(html: str) -> None:
+    assert "<script" not in html.lower()
+    assert not EXTERNAL.search(html), EXTERNAL.search(html)
+    for plot in _svgs(html):
+        ET.fromstring(plot)  # every plot is well-formed XML
+
+
+def test_html_comparison_shows_every_case() -> None:
+    base, cand = data.pair()
+    comparison = compare_runs(base, cand)
+    html = report.html_report(cand, comparison)
+    _assert_self_contained(html)
+    for c in cand.cases:
+        assert f"<h3>{c.id}</h3>" in html
+    assert html.count('<section class="case') == len(cand.cases)
+    assert comparison.headline in html
+    # plots: a ratio plot per compared case, a distribution per timed case
+    compared = [c for c in comparison.cases if c.interval is not None]
+    assert html.count('aria-label="ratio ') == len(compared)
+    timed = [c for c in cand.cases if c.rounds]
+    assert html.count('aria-label="per-call times') == len(timed)
+    # rounds are told apart: one lane per round per arm
+    assert html.count('class="round"') == sum(
+        len(c.rounds) + len(base.case(c.id).rounds) for c in timed
+    )
+    # verdicts, correctness, environment difference, worker output
+    assert "regression" in html and "improvement" in html and "WRONG RESULTS" in html
+    assert "relative norm error" in html and "bound (max abs)" in html
+    assert "2.100e-02" in html  # the wrong case's error
+    assert "This machine differs from the baseline" in html
+    assert "580.65" in html and "580.82" in html
+    assert "Segmentation fault" in html
+    # kernel vs SDPA table
+    assert "÷ triton_flash" in html
+
+
+def test_html_run_alone() -> None:
+    _, cand = data.pair()
+    html = report.html_report(cand)
+    _assert_self_contained(html)
+    assert "RUN ONLY" in html and "FAIL: 1 case(s) with wrong results" in html
+    assert 'aria-label="ratio ' not in html
+    for c in cand.cases:
+        assert f"<h3>{c.id}</h3>" in html
+    assert "÷ triton_flash" in html
+    assert "This machine differs" not in html
+
+
+def test_html_escapes_data() -> None:
+    _, cand = data.pair()
+    evil = '<img src=x onerror="alert(1)">'
+    first = cand.cases[0]
+    bad = replace(first, case=replace(first.case, name=evil), reason=evil)
+    run = replace(cand, cases=(bad, *cand.cases[1:]), label=evil, notes=(evil,))
+    html = report.html_report(run)
+    assert evil not in html
+    assert "&lt;img src=x" in html
+    _assert_self_contained(html)
+
+
+def test_kernel_table() -> None:
+    _, cand = data.pair()
+    table = {w.name: w for w in report.kernel_table(cand)}
+    w = table["b1-h8-s512-d64-full"]
+    assert w.ours == ("triton_flash",)
+    rows = {r.kernel: r for r in w.rows}
+    assert w.rows[0].kernel == "triton_flash" and w.rows[0].ours
+    ours = rows["triton_flash"].median
+    assert ours is not None
+    sdpa = rows["sdpa_flash"]
+    assert sdpa.median is not None and sdpa.tflops is not None
+    assert sdpa.vs_ours == (pytest.approx(sdpa.median / ours),)
+    assert sdpa.tflops == pytest.approx(flops(sdpa_case_shape(cand), False) / sdpa.median / 1e12)
+    assert rows["cuda_flash"].median is None and rows["cuda_flash"].vs_ours == (None,)
+
+
+def sdpa_case_shape(run: results.RunResult):
+    found = run.case("sdpa_flash/b1-h8-s512-d64-full")
+    assert found is not None
+    return found.case.shape
+
+
+def test_html_with_history(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    for run in data.history_runs():
+        history.append(run, db)
+    base, cand = data.pair()
+    trends = history.trends(db, [c.id for c in cand.cases], gpu_slug="nvidia-h100-80gb-hbm3")
+    assert "triton_flash/b1-h8-s512-d64-full" in trends
+    assert "cuda_flash/b1-h8-s512-d64-full" not in trends  # no history: left out
+    html = report.html_report(cand, compare_runs(base, cand), trends=trends)
+    _assert_self_contained(html)
+    assert html.count('aria-label="history of 30 runs"') == len(trends)
+    assert html.count('class="step"') == 1
+    assert "step: 20c0ffee" in html  # the planted step, at its commit
+
+
+# ----------------------------------------------------------------- the plots
+
+
+def test_nice_ticks() -> None:
+    assert svg.nice_ticks(0.0, 10.0, 5) == [0, 2, 4, 6, 8, 10]
+    assert svg.nice_ticks(20.3, 21.9, 4) == pytest.approx([20.5, 21.0, 21.5])
+    assert svg.nice_ticks(1.0, 1.0) == [1.0]
+    assert svg.log_ticks(0.3, 30.0) == [0.5, 1, 2, 5, 10, 20]
+
+
+def test_plots_handle_edge_cases() -> None:
+    assert svg.distribution_svg([]) == ""
+    assert svg.distribution_svg([("candidate", ((),))]) == ""
+    one = svg.distribution_svg([("candidate", ((1e-5,),))])
+    wide = svg.distribution_svg([("candidate", ((1e-5, 1e-5, 3e-3),))])
+    assert "log scale" in wide and "log scale" not in one
+    huge = svg.ratio_svg(1.5, 1e-9, 1e9, 0.02, verdict="inconclusive")
+    assert huge.count("<path") == 2  # both ends cut, drawn as arrows
+    flat = svg.trend_svg(["a"], [None])
+    for plot in (one, wide, huge, flat, svg.trend_svg(["a", "b"], [1e-3, 1e-3])):
+        ET.fromstring(plot)
+    assert svg.trend_svg([], []) == ""
+
+
+# ------------------------------------------------------------ headless Chromium
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [
+        str(CHROMIUM),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        *args,
+    ]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _full_report(tmp_path: Path) -> tuple[Path, results.RunResult]:
+    db = tmp_path / "h.sqlite"
+    for run in data.history_runs():
+        history.append(run, db)
+    base, cand = data.pair()
+    trends = history.trends(db, [c.id for c in cand.cases], gpu_slug=cand.environment.gpu_slug)
+    html = report.html_report(
+        cand,
+        compare_runs(base, cand),
+        trends=trends,
+        title="Performance guard report (synthetic example data)",
+    )
+    path = tmp_path / "report.html"
+    path.write_text(html, encoding="utf-8")
+    return path, cand
+
+
+def _console_errors(stderr: str) -> list[str]:
+    """Console lines (--enable-logging=stderr prints them as ``INFO:CONSOLE``): the
+    report has no script, so any console message at all is a fault."""
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line or "Uncaught" in line]
+
+
+@needs_chromium
+def test_chromium_console_capture_works(tmp_path: Path) -> None:
+    """The capture the tests below rely on does see a script error."""
+    page = tmp_path / "broken.html"
+    page.write_text('<html><body><script>throw new Error("planted")</script></body></html>')
+    proc = _chromium(tmp_path, "--dump-dom", page.as_uri())
+    assert any("planted" in line for line in _console_errors(proc.stderr)), proc.stderr[-2000:]
+
+
+@needs_chromium
+def test_chromium_renders_every_case(tmp_path: Path) -> None:
+    path, cand = _full_report(tmp_path)
+    proc = _chromium(tmp_path, "--dump-dom", path.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    dom = proc.stdout
+    assert "<h1>Performance guard report" in dom, dom[:500]
+    for c in cand.cases:
+        assert f"<h3>{c.id}</h3>" in dom
+    assert dom.count("<svg") >= len(cand.cases)
+    assert _console_errors(proc.stderr) == []
+
+
+@needs_chromium
+def test_chromium_screenshot(tmp_path: Path) -> None:
+    path, _ = _full_report(tmp_path)
+    png = tmp_path / "report.png"
+    proc = _chromium(tmp_path, f"--screenshot={png}", "--window-size=1200,2600", path.as_uri())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 20_000  # something was drawn
+    assert _console_errors(proc.stderr) == []
+    if os.environ.get("UPDATE_DOCS"):
+        shutil.copyfile(png, ROOT / "docs" / "report.png")
+
+
+# ----------------------------------------------------------------------- CLI
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    base, cand = data.pair()
+    bpath, cpath = tmp_path / "base.json", tmp_path / "cand.json"
+    results.save(base, bpath)
+    results.save(cand, cpath)
+    return bpath, cpath
+
+
+def test_cli_report(tmp_path: Path, files: tuple[Path, Path], capsys) -> None:
+    bpath, cpath = files
+    db = tmp_path / "h.sqlite"
+    for run in data.history_runs(n=8, step_at=4):
+        history.append(run, db)
+    out, md = tmp_path / "out" / "r.html", tmp_path / "r.md"
+    argv = ["report", str(cpath), "--baseline", str(bpath), "--html", str(out)]
+    code = cli.main([*argv, "--markdown", str(md), "--history", str(db)])
+    assert code == 0
+    html = out.read_text(encoding="utf-8")
+    _assert_self_contained(html)
+    assert "history of 8 runs" in html
+    assert md.read_text(encoding="utf-8").startswith("## Performance guard\n\n**FAIL")
+    code = cli.main(["report", str(cpath), "--json"])
+    assert code == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["headline"] == "RUN ONLY"
+    assert cli.main(["report", str(cpath)]) == 0  # Markdown to stdout
+    assert capsys.readouterr().out.startswith("## Performance guard")
+
+
+def test_cli_report_bad_input(tmp_path: Path, files: tuple[Path, Path], capsys) -> None:
+    _, cpath = files
+    assert cli.main(["report", str(tmp_path / "missing.json")]) == 2
+    assert cli.main(["report", str(cpath), "--history", str(tmp_path / "none.sqlite")]) == 2
+    assert "no history database" in capsys.readouterr().err
+
+
+def test_cli_history(tmp_path: Path, capsys) -> None:
+    db = tmp_path / "h.sqlite"
+    for run in data.history_runs():
+        history.append(run, db)
+    case_id = "triton_flash/b1-h8-s512-d64-full"
+    assert cli.main(["history", case_id, "--db", str(db), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert len(printed["points"]) == 30
+    assert [s["index"] for s in printed["steps"]] == [20]
+    assert cli.main(["history", case_id, "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "STEP slower" in text and "step at 20c0ffeec0" in text
+    assert cli.main(["history", "nope/x", "--db", str(db)]) == 2
+    assert "no history for case" in capsys.readouterr().err
+    assert cli.main(["history", case_id, "--db", str(db), "--alpha", "2"]) == 2
+
+
+def test_history_option_on_measuring_commands() -> None:
+    parser = cli.build_parser()
+    for argv in (["run"], ["compare"], ["baseline", "refresh"], ["check"]):
+        args = parser.parse_args([*argv, "--history", "x.sqlite"])
+        assert args.history == "x.sqlite"
+
+
+TINY = """\
+schema_version: 1
+name: tiny-report
+kernels: [reference, sdpa]
+gate: [reference]
+cpu_timing: {rounds: 2, max_rounds: 2, samples_per_round: 3, sample_target_ms: 1, warmup_ms: 1}
+cases:
+  - {shape: [1, 2, 24, 16], causal: false}
+"""
+
+
+@pytest.mark.slow
+def test_run_appends_history(tmp_path: Path) -> None:
+    """End to end on the CPU: `guard run --history` stores the run it measured."""
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(TINY)
+    db = tmp_path / "hist" / "h.sqlite"
+    out = tmp_path / "r.json"
+    argv = ["run", "--suite", str(suite), "--device", "cpu", "--out", str(out), "-q"]
+    code = cli.main([*argv, "--history", str(db), "--seed", "1"])
+    assert code == 0
+    run = results.load(out)
+    t = history.trend(db, "reference/b1-h2-s24-d16-full")
+    assert len(t.points) == 1 and t.points[0].created == run.created
+    assert t.points[0].median == pytest.approx(_pooled_median(run.cases[0]))
+
+
+def _pooled_median(c: CaseResult) -> float:
+    import numpy as np
+
+    return float(np.median(c.samples))
