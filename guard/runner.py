@@ -105,6 +105,13 @@ class _CaseState:
         )
 
 
+def local_kernels_root() -> str:
+    """Where this process imports ``kernels`` from: the candidate arm's tree."""
+    import kernels
+
+    return str(Path(kernels.__file__).resolve().parent.parent)
+
+
 def case_seed(base: int, case_id: str, round_index: int) -> int:
     return zlib.crc32(f"{base}:{case_id}:{round_index}".encode()) & 0x7FFFFFFF
 
@@ -200,7 +207,7 @@ class Session:
         return {
             "mode": mode,
             "device": self.device,
-            "kernels_root": arm.kernels_root,
+            "kernels_root": arm.kernels_root or local_kernels_root(),
             "plan": asdict(self.plan),
             "tolerances": tolerances,
             "fault_modules": list(self.fault_modules),

@@ -58,6 +58,8 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
     mode = job["mode"]
     plan = TimingPlan(**job["plan"])
     tolerances = {k: Tolerance(**v) for k, v in job.get("tolerances", {}).items()}
+    if device == "cpu":
+        torch.set_num_threads(1)  # CPU fallback: steadier samples on shared 2-core machines
     torch.backends.cuda.matmul.allow_tf32 = False  # the reference must be true float32
     torch.backends.cudnn.allow_tf32 = False
     _emit(proto, event="hello", pid=os.getpid(), gpu_state=guard_env.gpu_state())

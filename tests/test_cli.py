@@ -1,0 +1,284 @@
+"""The guard command end to end on the CPU: every exit code, from real worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, TESTS
+
+from guard import results
+from guard.cli import main
+
+FAULTS = ["--fault-module", "fault_kernels", "--worker-path", str(TESTS)]
+
+
+def suite_file(
+    tmp_path: Path,
+    kernels: list[str],
+    gate: list[str] | None = None,
+    timeout: float = 60,
+    rounds: int = 2,
+) -> Path:
+    path = tmp_path / "suite.yaml"
+    path.write_text(
+        "schema_version: 1\nname: cli\n"
+        f"kernels: {json.dumps(kernels)}\ngate: {json.dumps(gate or kernels)}\n"
+        'threshold: "median:10%"\n'
+        f"cpu_timing: {{rounds: {rounds}, max_rounds: {rounds}, samples_per_round: 5,"
+        f" sample_target_ms: 1, warmup_ms: 1, case_timeout_s: {timeout}}}\n"
+        "cases:\n  - {shape: [1, 2, 24, 16], causal: true}\n"
+    )
+    return path
+
+
+def test_help_exits_zero(capsys):
+    assert main(["--help"]) == 0
+    assert "Exit codes" in capsys.readouterr().out
+    for cmd in ("run", "check", "compare", "list"):
+        assert main([cmd, "--help"]) == 0
+    assert main(["baseline", "refresh", "--help"]) == 0
+
+
+def test_usage_error_exits_two():
+    assert main(["frobnicate"]) == 2
+    assert main(["compare", "--rounds", "many"]) == 2
+
+
+def test_run_check_and_list_on_cpu(tmp_path, capsys):
+    suite = suite_file(tmp_path, ["reference", "sdpa", "sdpa_flash"], gate=["reference"])
+    out = tmp_path / "r.json"
+    assert main(["run", "--suite", str(suite), "--out", str(out), "-q"]) == 0
+    run = results.load(out)
+    statuses = {c.case.kernel: c.status for c in run.cases}
+    assert statuses == {"reference": "ok", "sdpa": "ok", "sdpa_flash": "unavailable"}
+    assert all(len(c.rounds) == 2 for c in run.cases if c.status == "ok")
+    assert run.environment.device == "cpu" and run.environment.cpu_fallback_reason
+    captured = capsys.readouterr()
+    assert "measured on the CPU instead" in captured.err
+
+    assert (
+        main(["check", "--suite", str(suite), "--out", str(tmp_path / "c.json"), "-q", "--json"])
+        == 0
+    )
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["guard"]["cases"][0]["correctness"]["passed"] is True
+
+    assert main(["list", "--suite", str(suite), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {row["kernel"]: row["availability"] for row in listed}[
+        "sdpa_flash"
+    ] == "needs a CUDA GPU"
+
+
+def test_compare_without_baseline_reports_and_exits_two(tmp_path, capsys, monkeypatch):
+    suite = suite_file(tmp_path, ["reference"])
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    code = main(
+        [
+            "compare",
+            "--suite",
+            str(suite),
+            "--baselines",
+            str(tmp_path / "none"),
+            "--out",
+            str(tmp_path / "r.json"),
+            "-q",
+        ]
+    )
+    assert code == 2
+    assert "NO VERDICT: no baseline for this hardware" in capsys.readouterr().out
+    assert "NO VERDICT" in summary.read_text()
+    assert results.load(tmp_path / "r.json").cases[0].rounds  # it still measured
+
+
+def test_refresh_then_compare_pass_and_regression(tmp_path, capsys, monkeypatch):
+    suite = suite_file(tmp_path, ["fault_slow"], rounds=3)
+    bdir = tmp_path / "baselines"
+    monkeypatch.setenv("FAULT_SLOW_MS", "2")
+    assert (
+        main(
+            [
+                "baseline",
+                "refresh",
+                "--suite",
+                str(suite),
+                "--dir",
+                str(bdir),
+                "--allow-cpu",
+                "-q",
+                *FAULTS,
+            ]
+        )
+        == 0
+    )
+    [baseline] = list(bdir.glob("*.json"))
+    assert baseline.name.startswith("cpu-")
+    assert "baseline written" in capsys.readouterr().out
+
+    common = ["compare", "--suite", str(suite), "--baselines", str(bdir), "-q", "--json", *FAULTS]
+    assert main([*common, "--out", str(tmp_path / "same.json")]) == 0, capsys.readouterr()
+    capsys.readouterr()
+
+    monkeypatch.setenv("FAULT_SLOW_MS", "20")  # 10x: loud even on a busy CPU
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    assert main([*common, "--out", str(tmp_path / "slow.json")]) == 1
+    out = capsys.readouterr().out
+    verdicts = json.loads(out[: out.index("::error")])
+    assert verdicts["cases"][0]["verdict"] == "regression"
+    assert "::error title=Performance regression: fault_slow/" in out
+
+    # The same two files compared directly.
+    assert main(["compare", str(tmp_path / "same.json"), str(tmp_path / "slow.json")]) == 1
+
+
+def test_wrong_results_exit_one_and_refresh_refuses(tmp_path, capsys):
+    suite = suite_file(tmp_path, ["reference", "fault_wrong"], gate=["reference"])
+    assert (
+        main(["check", "--suite", str(suite), "-q", "--out", str(tmp_path / "r.json"), *FAULTS])
+        == 1
+    )
+    code = main(
+        [
+            "baseline",
+            "refresh",
+            "--suite",
+            str(suite),
+            "--dir",
+            str(tmp_path / "b"),
+            "--allow-cpu",
+            "-q",
+            *FAULTS,
+        ]
+    )
+    assert code == 1
+    assert "refusing to write a baseline: wrong results" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("kernel", ["fault_raise", "fault_build", "fault_hang"])
+def test_crash_build_failure_and_hang_exit_three_others_still_measured(tmp_path, kernel):
+    suite = suite_file(tmp_path, ["reference", kernel], timeout=10)
+    out = tmp_path / "r.json"
+    assert main(["run", "--suite", str(suite), "-q", "--out", str(out), *FAULTS]) == 3
+    run = results.load(out)
+    by_kernel = {c.case.kernel: c for c in run.cases}
+    assert by_kernel["reference"].status == "ok" and by_kernel["reference"].rounds
+    bad = by_kernel[kernel]
+    assert (
+        bad.status
+        == {"fault_raise": "crashed", "fault_build": "build_failed", "fault_hang": "timeout"}[
+            kernel
+        ]
+    )
+    assert bad.reason
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--suite", "nope.yaml"], "nope.yaml: suite file not found"),
+        (["--baseline", "missing.json"], "missing.json: file not found"),
+        (["a.json"], "compare takes two files"),
+    ],
+)
+def test_bad_input_exit_two(tmp_path, capsys, args, message):
+    assert main(["compare", *args, "-q"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_truncated_and_foreign_baselines_exit_two(tmp_path, capsys):
+    suite = suite_file(tmp_path, ["reference"])
+    out = tmp_path / "r.json"
+    assert main(["run", "--suite", str(suite), "-q", "--out", str(out)]) == 0
+    text = out.read_text()
+    trunc = tmp_path / "trunc.json"
+    trunc.write_text(text[: len(text) // 2])
+    assert main(["compare", str(trunc), str(out)]) == 2
+    assert "trunc.json: not valid JSON" in capsys.readouterr().err
+
+    doc = json.loads(text)
+    doc["guard"]["environment"].update(gpu_name="NVIDIA L4", gpu_slug="nvidia-l4")
+    foreign = tmp_path / "l4.json"
+    foreign.write_text(json.dumps(doc))
+    assert main(["compare", str(foreign), str(out)]) == 2
+    assert "l4.json: environment.gpu_slug" in capsys.readouterr().err
+
+    assert main(["compare", "--suite", str(suite), "--baseline", str(foreign), "-q"]) == 2
+
+
+def test_device_cuda_without_gpu_exits_three(tmp_path, capsys):
+    suite = suite_file(tmp_path, ["reference"])
+    assert main(["run", "--suite", str(suite), "--device", "cuda", "-q"]) == 3
+    assert "no GPU here" in capsys.readouterr().err
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout
+
+
+def test_compare_against_git_ref(tmp_path):
+    """Two commits of a kernel: the working tree is slower than HEAD~0's committed code."""
+    repo = tmp_path / "repo"
+    (repo / "kernels").mkdir(parents=True)
+    for name in ("__init__.py", "registry.py", "reference.py", "sdpa.py"):
+        (repo / "kernels" / name).write_text((ROOT / "kernels" / name).read_text())
+    reg = repo / "kernels" / "registry.py"
+    reg.write_text(
+        reg.read_text().replace(
+            'loader=_from_module("kernels.reference", "attention"),',
+            'loader=_from_module("kernels.reference", "attention_slowable"),',
+        )
+    )
+    ref_py = repo / "kernels" / "reference.py"
+    ref_py.write_text(
+        ref_py.read_text() + "\n\ndef attention_slowable(q, k, v, **kw):\n"
+        "    import time\n    time.sleep(DELAY)\n    return attention(q, k, v, **kw)\n"
+        "\n\nDELAY = 0.002\n"
+    )
+    suite = suite_file(tmp_path, ["reference"], rounds=3)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "base")
+    ref_py.write_text(ref_py.read_text().replace("DELAY = 0.002", "DELAY = 0.02"))
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{ROOT}"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "guard",
+            "compare",
+            "--against",
+            "HEAD",
+            "--suite",
+            str(suite),
+            "--json",
+            "-q",
+            "--out",
+            str(tmp_path / "r.json"),
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["cases"][0]["verdict"] == "regression"
+    assert doc["baseline"] == "HEAD"
+    assert not _git(repo, "worktree", "list").strip().count("\n")  # worktree removed

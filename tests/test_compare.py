@@ -1,0 +1,148 @@
+"""Decisions over whole runs: what passes, what fails, and with which exit code."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from conftest import make_case, make_env, make_run, synthetic_rounds
+
+from guard.compare import Status, compare_runs, replace_cases
+from guard.errors import BadInput, ExitCode
+from guard.results import BUILD_FAILED, CRASHED, WRONG
+from guard.stats import Verdict
+
+SHAPES = [f"b1-h8-s{s}-d64-full" for s in (128, 256, 512, 1024, 2048, 4096, 8192)]
+
+
+def suite_runs(rng, effects: dict[str, float] | None = None, status=None):
+    effects = effects or {}
+    base, cand = {}, {}
+    for name in SHAPES:
+        case = make_case(name)
+        base[case] = synthetic_rounds(rng, 1e-4)
+        cand[case] = synthetic_rounds(rng, 1e-4 * effects.get(name, 1.0))
+        sdpa = make_case(name, "sdpa", gate=False)
+        base[sdpa] = synthetic_rounds(rng, 1e-4)
+        cand[sdpa] = synthetic_rounds(rng, 1e-4)
+    return make_run(base, label="base"), make_run(cand, status=status, label="cand")
+
+
+def test_aa_suite_passes(rng):
+    for _ in range(10):
+        comparison = compare_runs(*suite_runs(rng))
+        assert comparison.exit_code is ExitCode.PASS, comparison.headline
+        assert comparison.headline.startswith("PASS")
+
+
+def test_planted_regression_fails_only_its_case(rng):
+    comparison = compare_runs(*suite_runs(rng, {SHAPES[3]: 1.10}))
+    assert comparison.exit_code is ExitCode.FAIL
+    failing = [c.case_id for c in comparison.cases if c.fails]
+    assert failing == [f"triton_flash/{SHAPES[3]}"]
+    assert "1 significant regression" in comparison.headline
+
+
+def test_ungated_regression_is_reported_but_passes(rng):
+    base, cand = suite_runs(rng)
+    slow = {
+        c.case: synthetic_rounds(rng, 2e-4) if c.case.kernel == "sdpa" else c.rounds
+        for c in cand.cases
+    }
+    comparison = compare_runs(base, make_run(slow))
+    assert comparison.exit_code is ExitCode.PASS
+    assert any(c.verdict is Verdict.REGRESSION and not c.gate for c in comparison.cases)
+
+
+def test_wrong_results_fail_whatever_the_timing(rng):
+    sdpa_id = f"sdpa/{SHAPES[0]}"  # even an ungated kernel
+    comparison = compare_runs(*suite_runs(rng, status={sdpa_id: WRONG}))
+    assert comparison.exit_code is ExitCode.FAIL
+    [wrong] = [c for c in comparison.cases if c.status is Status.WRONG]
+    assert wrong.case_id == sdpa_id
+    assert "wrong results" in comparison.headline
+
+
+@pytest.mark.parametrize("status", [CRASHED, BUILD_FAILED])
+def test_gated_crash_is_infrastructure(rng, status):
+    comparison = compare_runs(*suite_runs(rng, status={f"triton_flash/{SHAPES[1]}": status}))
+    assert comparison.exit_code is ExitCode.INFRA
+    assert comparison.headline.startswith("ERROR")
+
+
+def test_regression_outranks_infrastructure(rng):
+    comparison = compare_runs(
+        *suite_runs(rng, {SHAPES[0]: 1.2}, status={f"triton_flash/{SHAPES[1]}": CRASHED})
+    )
+    assert comparison.exit_code is ExitCode.FAIL
+
+
+def test_other_gpu_is_refused(rng):
+    base, cand = suite_runs(rng)
+    other = dataclasses.replace(
+        cand, environment=make_env(gpu_name="NVIDIA L4", gpu_slug="nvidia-l4")
+    )
+    with pytest.raises(BadInput, match=r"base: environment.gpu_slug"):
+        compare_runs(base, other)
+
+
+def test_other_suite_is_refused(rng):
+    base, cand = suite_runs(rng)
+    with pytest.raises(BadInput, match="suite_name"):
+        compare_runs(base, dataclasses.replace(cand, suite_name="other"))
+
+
+def test_environment_difference_is_reported(rng):
+    base, cand = suite_runs(rng)
+    cand = dataclasses.replace(cand, environment=make_env(torch="2.12.0"))
+    comparison = compare_runs(base, cand)
+    assert ("torch", "2.11.0", "2.12.0") in comparison.environment_diff
+
+
+def test_new_case_has_no_verdict_and_does_not_fail(rng):
+    base, cand = suite_runs(rng)
+    extra = make_case("b2-h8-s64-d64-full")
+    cases = {c.case: c.rounds for c in cand.cases}
+    cases[extra] = synthetic_rounds(rng, 1.0)
+    comparison = compare_runs(base, make_run(cases))
+    [new] = [c for c in comparison.cases if c.case_id == extra.id]
+    assert new.status is Status.NEW and new.verdict is None
+    assert comparison.exit_code is ExitCode.PASS
+
+
+def test_changed_parameters_are_not_comparable(rng):
+    base, cand = suite_runs(rng)
+    first = cand.cases[0]
+    changed = dataclasses.replace(first.case, dtype="bfloat16")
+    cases = {(changed if c is first else c.case): c.rounds for c in cand.cases}
+    comparison = compare_runs(base, make_run(cases))
+    assert comparison.cases[0].status is Status.NOT_COMPARABLE
+
+
+def test_confidence_adjusts_to_gated_cases(rng):
+    comparison = compare_runs(*suite_runs(rng), alpha=0.01)
+    assert comparison.confidence == pytest.approx(1 - 2 * 0.01 / len(SHAPES))
+
+
+def test_confirmation_replaces_verdicts(rng):
+    stored = compare_runs(*suite_runs(rng, {SHAPES[2]: 1.2}))
+    assert stored.exit_code is ExitCode.FAIL
+    paired = compare_runs(*suite_runs(rng))  # the paired rerun sees no slowdown
+    confirmed = replace_cases(stored, paired)
+    assert confirmed.exit_code is ExitCode.PASS
+    assert "confirmed by a paired rerun" in confirmed.notes[-1]
+
+
+def test_verdict_invariant_to_sample_order_and_scale(rng):
+    base, cand = suite_runs(rng, {SHAPES[0]: 1.15})
+    first = compare_runs(base, cand, seed=3)
+
+    def transform(run, scale, reverse):
+        cases = {}
+        for c in run.cases:
+            rounds = tuple(tuple(x * scale for x in (r[::-1] if reverse else r)) for r in c.rounds)
+            cases[c.case] = rounds[::-1] if reverse else rounds
+        return make_run(cases, label=run.label)
+
+    second = compare_runs(transform(base, 1000.0, True), transform(cand, 1000.0, True), seed=3)
+    assert [c.verdict for c in first.cases] == [c.verdict for c in second.cases]

@@ -1,0 +1,250 @@
+"""The results/baseline format: round trip, pytest-benchmark interop, and bad files."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import make_case, make_run, synthetic_rounds
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from guard import results
+from guard.errors import BadInput
+
+
+@pytest.fixture
+def run(rng):
+    cases = {
+        make_case(): synthetic_rounds(rng, 1e-4),
+        make_case("b1-h8-s512-d64-causal", "sdpa", gate=False): synthetic_rounds(rng, 2e-4),
+    }
+    return make_run(cases)
+
+
+@pytest.fixture
+def doc(run):
+    return results.to_json(run)
+
+
+def test_round_trip(run, tmp_path):
+    path = tmp_path / "r.json"
+    results.save(run, path)
+    back = results.load(path)
+    assert back.cases == run.cases
+    assert back.environment == run.environment
+    assert back.suite_hash == run.suite_hash
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary left behind
+
+
+def test_pytest_benchmark_compare_reads_our_file(run, tmp_path):
+    a, b = tmp_path / "0001_a.json", tmp_path / "0002_b.json"
+    results.save(run, a)
+    results.save(run, b)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest_benchmark", "compare", str(a), str(b)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "triton_flash-b1-h8-s512-d64-full" in proc.stdout
+    assert "Failed to load" not in proc.stdout + proc.stderr
+
+
+def _pytest_benchmark_file(tmp_path: Path, save_data: bool) -> Path:
+    bench = tmp_path / "test_tiny_bench.py"
+    bench.write_text("def test_sum(benchmark):\n    benchmark(sum, range(100))\n")
+    out = tmp_path / "pb.json"
+    args = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(bench),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--benchmark-json={out}",
+        "--benchmark-min-rounds=5",
+    ]
+    if save_data:
+        args.append("--benchmark-save-data")
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def test_reads_plain_pytest_benchmark_with_raw_data(tmp_path):
+    run = results.load(_pytest_benchmark_file(tmp_path, save_data=True))
+    assert run.environment.gpu_slug == "pytest-benchmark"
+    [case] = run.cases
+    assert "test_sum" in case.case.name
+    assert len(case.rounds) >= 5
+    assert "each sample treated as a round" in run.notes[0]
+
+
+def test_plain_pytest_benchmark_without_raw_data_is_refused(tmp_path):
+    # pytest-benchmark's --benchmark-save omits raw samples unless --benchmark-save-data.
+    path = _pytest_benchmark_file(tmp_path, save_data=False)
+    doc = json.loads(path.read_text())
+    for bench in doc["benchmarks"]:
+        bench["stats"].pop("data", None)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match=r"stats\.data.*--benchmark-save-data"):
+        results.load(path)
+
+
+def _mutate(doc, path, value):
+    doc = copy.deepcopy(doc)
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    if value is KeyError:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("guard", "schema_version"), 99, "guard.schema_version"),
+        (("guard", "schema_version"), "1", "guard.schema_version"),
+        (("guard", "environment"), KeyError, "guard.environment"),
+        (("guard", "environment", "gpu_slug"), "../etc", "guard.environment.gpu_slug"),
+        (("guard", "cases", 0, "rounds", 0, 0), -1.0, "guard.cases[0].rounds[0][0]"),
+        (("guard", "cases", 0, "rounds", 0, 0), 0, "guard.cases[0].rounds[0][0]"),
+        (("guard", "cases", 0, "rounds", 0, 0), "fast", "guard.cases[0].rounds[0][0]"),
+        (("guard", "cases", 0, "rounds", 0), "x", "guard.cases[0].rounds[0]"),
+        (("guard", "cases", 0, "rounds"), [], "guard.cases[0].rounds"),
+        (("guard", "cases", 0, "status"), "great", "guard.cases[0].status"),
+        (("guard", "cases", 0, "case", "name"), "a/b", "guard.cases[0].case.name"),
+        (("guard", "cases", 0, "case", "threshold"), "mean:1%", "guard.cases[0].case.threshold"),
+        (
+            ("guard", "cases", 0, "correctness", "passed"),
+            "yes",
+            "guard.cases[0].correctness.passed",
+        ),
+        (("guard", "cases"), {"a": 1}, "guard.cases"),
+    ],
+)
+def test_bad_fields_are_named(doc, path, value, field):
+    with pytest.raises(BadInput) as err:
+        results.from_json(_mutate(doc, path, value), "base.json")
+    assert str(err.value).startswith(f"base.json: {field}"), str(err.value)
+
+
+def test_duplicate_case_is_refused(doc):
+    doc["guard"]["cases"].append(copy.deepcopy(doc["guard"]["cases"][0]))
+    with pytest.raises(BadInput, match="duplicate case"):
+        results.from_json(doc, "dup.json")
+
+
+def test_nan_and_infinity_literals_are_refused(doc, tmp_path):
+    text = json.dumps(doc).replace('"driver": "580.1"', '"driver": NaN', 1)
+    with pytest.raises(BadInput, match="NaN is not allowed"):
+        results.loads(text, "nan.json")
+    text = json.dumps(doc)
+    first = doc["guard"]["cases"][0]["rounds"][0][0]
+    with pytest.raises(BadInput, match="Infinity"):
+        results.loads(text.replace(repr(first), "Infinity", 1), "inf.json")
+
+
+@pytest.mark.parametrize("cut", [0, 1, 100, -10])
+def test_truncated_files(doc, cut):
+    text = json.dumps(doc)
+    with pytest.raises(BadInput, match=r"trunc\.json"):
+        results.loads(text[:cut] if cut else "", "trunc.json")
+
+
+def test_huge_file_is_refused_before_reading(tmp_path, doc):
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(BadInput, match="over the"):
+        results.load(path, max_bytes=100)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(BadInput, match="not found"):
+        results.load(tmp_path / "nope.json")
+
+
+def test_atomic_write_keeps_old_file_when_interrupted(tmp_path, monkeypatch):
+    path = tmp_path / "b.json"
+    path.write_text("old")
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results.os, "replace", boom)
+    with pytest.raises(KeyboardInterrupt):
+        results.write_atomic(path, "new content")
+    assert path.read_text() == "old"
+    assert not [p for p in tmp_path.iterdir() if p.name != "b.json"]
+
+
+def test_newer_schema_refused_older_migrated(doc, monkeypatch):
+    newer = _mutate(doc, ("guard", "schema_version"), results.SCHEMA_VERSION + 1)
+    with pytest.raises(BadInput, match="newer than this guard"):
+        results.from_json(newer, "new.json")
+    # A pretend version 2: version-1 files go through migrate_to_2.
+    seen = []
+
+    def migrate_to_2(record):
+        seen.append(record["schema_version"])
+        return record
+
+    monkeypatch.setattr(results, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(results.MIGRATIONS, 2, migrate_to_2)
+    run = results.from_json(doc, "old.json")
+    assert seen == [1] and run.schema_version == 2
+
+
+def test_checked_in_v1_fixture_still_loads():
+    run = results.load(Path(__file__).parent / "fixtures" / "results-v1.json")
+    assert run.cases and all(c.rounds for c in run.cases if c.status == "ok")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(json_values)
+def test_loader_fuzz_raises_only_bad_input(value):
+    with contextlib.suppress(BadInput):
+        results.from_json(value, "fuzz.json")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_loader_fuzz_mutated_real_document(data):
+    doc = results.to_json(make_run({make_case(): ((1e-4, 1.1e-4), (1.2e-4,))}))
+    # Replace one leaf of a real document with an arbitrary JSON value.
+    paths = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, (*path, k))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, (*path, i))
+        paths.append(path)
+
+    walk(doc, ())
+    path = data.draw(st.sampled_from([p for p in paths if p]))
+    mutated = _mutate(doc, path, data.draw(json_values))
+    with contextlib.suppress(BadInput):
+        results.from_json(mutated, "fuzz.json")

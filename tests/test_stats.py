@@ -1,0 +1,127 @@
+"""The decision rule on synthetic samples with known truth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import synthetic_rounds
+
+from guard import stats
+from guard.stats import Interval, Threshold, Verdict
+
+CONF = stats.family_confidence(0.01, 7)
+
+
+def verdict_for(rng, effect, **kw):
+    base = synthetic_rounds(rng, 1e-4, **kw)
+    cand = synthetic_rounds(rng, 1e-4 * effect, **kw)
+    iv = stats.ratio_interval(base, cand, confidence=CONF, rng=rng)
+    return iv, stats.classify(iv, 0.02)
+
+
+def test_aa_pairs_are_not_flagged(rng):
+    verdicts = [verdict_for(rng, 1.0)[1] for _ in range(40)]
+    assert Verdict.REGRESSION not in verdicts
+    assert Verdict.IMPROVEMENT not in verdicts
+
+
+def test_planted_ten_percent_slowdown_is_a_regression(rng):
+    for _ in range(10):
+        iv, verdict = verdict_for(rng, 1.10)
+        assert verdict is Verdict.REGRESSION
+        assert iv.low > 1.02 and iv.low < 1.10 < iv.high
+
+
+def test_planted_speedup_is_an_improvement(rng):
+    assert verdict_for(rng, 0.90)[1] is Verdict.IMPROVEMENT
+
+
+def test_wide_noisy_pair_is_inconclusive_not_regression(rng):
+    # 5% real slowdown hidden under 8% round-to-round noise with 3 rounds.
+    iv, verdict = verdict_for(rng, 1.05, n_rounds=3, between=0.08, within=0.05)
+    assert verdict is Verdict.INCONCLUSIVE
+    assert iv.high - iv.low > 0.1
+
+
+def test_unchanged_when_interval_inside_band(rng):
+    iv, verdict = verdict_for(rng, 1.0, n_rounds=12, between=0.001, within=0.002)
+    assert verdict is Verdict.UNCHANGED
+    assert 0.98 <= iv.low <= iv.high <= 1.02
+
+
+def test_interval_resamples_rounds_not_samples(rng):
+    # Many samples per round must not shrink the interval when rounds disagree.
+    few = stats.ratio_interval(
+        synthetic_rounds(rng, 1.0, per_round=5, between=0.02),
+        synthetic_rounds(rng, 1.0, per_round=5, between=0.02),
+        confidence=0.95,
+        rng=rng,
+    )
+    many = stats.ratio_interval(
+        synthetic_rounds(rng, 1.0, per_round=500, between=0.02),
+        synthetic_rounds(rng, 1.0, per_round=500, between=0.02),
+        confidence=0.95,
+        rng=rng,
+    )
+    width = lambda iv: np.log(iv.high / iv.low)  # noqa: E731
+    assert width(many) > 0.3 * width(few)
+
+
+def test_interval_needs_two_rounds(rng):
+    with pytest.raises(ValueError, match="two rounds"):
+        stats.ratio_interval([[1.0, 1.1]], [[1.0], [1.1]], confidence=0.95, rng=rng)
+
+
+def test_identical_rounds_give_a_point_interval(rng):
+    iv = stats.ratio_interval([[1.0], [1.0]], [[2.0], [2.0]], confidence=0.95, rng=rng)
+    assert iv == Interval(2.0, 2.0, 2.0, 0.95)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "expected"),
+    [
+        (1.03, 1.05, Verdict.REGRESSION),
+        (0.95, 0.97, Verdict.IMPROVEMENT),
+        (0.99, 1.01, Verdict.UNCHANGED),
+        (1.01, 1.04, Verdict.INCONCLUSIVE),
+        (0.97, 1.01, Verdict.INCONCLUSIVE),
+    ],
+)
+def test_classify_against_band(low, high, expected):
+    assert stats.classify(Interval(1.0, low, high, 0.99), 0.02) is expected
+
+
+def test_family_confidence_bonferroni():
+    assert stats.family_confidence(0.01, 1) == pytest.approx(0.98)
+    assert stats.family_confidence(0.01, 10) == pytest.approx(0.998)
+    with pytest.raises(ValueError):
+        stats.family_confidence(0.0, 3)
+
+
+@pytest.mark.parametrize("text", ["median:2%", " median : 0.5 % ", "median:10%"])
+def test_threshold_parse(text):
+    t = Threshold.parse(text)
+    assert 0 < t.min_effect < 1
+    assert Threshold.parse(str(t)) == t
+
+
+@pytest.mark.parametrize("text", ["mean:2%", "median:2", "median:0%", "median:150%", "", "2%"])
+def test_threshold_rejects(text):
+    with pytest.raises(ValueError):
+        Threshold.parse(text)
+
+
+def test_summary_matches_numpy():
+    data = [3.0, 1.0, 2.0, 10.0]
+    s = stats.summary(data)
+    assert s["median"] == pytest.approx(2.5)
+    assert s["min"] == 1.0 and s["max"] == 10.0 and s["rounds"] == 4
+    assert s["iqr_outliers"] == 1  # 10 lies past q3 + 1.5 iqr
+
+
+def test_validate_samples_rejects_bad_times():
+    with pytest.raises(ValueError):
+        stats.validate_samples([[1.0, float("nan")]])
+    with pytest.raises(ValueError):
+        stats.validate_samples([[1.0], [0.0]])
+    stats.validate_samples([[1.0, 2.0]])
