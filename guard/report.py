@@ -22,7 +22,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import jinja2
-from markupsafe import Markup
 
 from guard import svg
 from guard.compare import CaseComparison, Comparison, Status
@@ -128,12 +127,12 @@ class CaseView:
     host_ratio: str
     rounds: str
     method: str
-    ratio_plot: Markup
-    distribution_plot: Markup
+    ratio_plot: str  # SVG markup (guard.svg escapes what it draws)
+    distribution_plot: str
     correctness: tuple[CorrectnessRow, ...]
     correctness_message: str
     worker_output: str
-    history_plot: Markup
+    history_plot: str
     history_steps: tuple[str, ...]
     history_note: str
 
@@ -208,9 +207,9 @@ def _css(cc: CaseComparison | None, result: CaseResult) -> str:
     return "ok" if status == OK else "other"
 
 
-def _history(trend: Trend | None) -> tuple[Markup, tuple[str, ...], str]:
+def _history(trend: Trend | None) -> tuple[str, tuple[str, ...], str]:
     if trend is None or not trend.points:
-        return Markup(""), (), ""
+        return "", (), ""
     pts = trend.points
     labels = [p.commit[:8] + ("+" if p.commit_dirty else "") or "?" for p in pts]
     titles = [
@@ -245,7 +244,7 @@ def _history(trend: Trend | None) -> tuple[Markup, tuple[str, ...], str]:
     others = [g for g in trend.gpu_slugs if g != trend.gpu_slug]
     if others:
         note += f"; also measured on {', '.join(others)} (not shown)"
-    return Markup(plot), texts, note
+    return plot, texts, note
 
 
 def _case_view(
@@ -305,8 +304,8 @@ def _case_view(
         if base is not None
         else str(len(cand.rounds)),
         method=cand.method or "—",
-        ratio_plot=Markup(ratio_plot),
-        distribution_plot=Markup(svg.distribution_svg(arms)),
+        ratio_plot=ratio_plot,
+        distribution_plot=svg.distribution_svg(arms),
         correctness=_correctness_rows(cand.correctness, base.correctness if base else None),
         correctness_message=cand.correctness.message if cand.correctness else "",
         worker_output=cand.worker_output,

@@ -331,6 +331,17 @@ def test_cli_report(tmp_path: Path, files: tuple[Path, Path], capsys) -> None:
     assert capsys.readouterr().out.startswith("## Performance guard")
 
 
+def test_cli_compare_html(tmp_path: Path, files: tuple[Path, Path], capsys) -> None:
+    """`guard compare BASE CAND --html` (guard/cli.py) writes the same report."""
+    bpath, cpath = files
+    out = tmp_path / "c.html"
+    assert cli.main(["compare", str(bpath), str(cpath), "--html", str(out), "--json"]) == 1
+    html = out.read_text(encoding="utf-8")
+    _assert_self_contained(html)
+    assert "FAIL: 1 case(s) with wrong results, 1 significant regression(s)" in html
+    assert json.loads(capsys.readouterr().out)["exit_code"] == 1
+
+
 def test_cli_report_bad_input(tmp_path: Path, files: tuple[Path, Path], capsys) -> None:
     _, cpath = files
     assert cli.main(["report", str(tmp_path / "missing.json")]) == 2
