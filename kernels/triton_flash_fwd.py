@@ -1,0 +1,547 @@
+"""FlashAttention-2 forward in Triton: softmax(Q K^T * scale) V without materialising S.
+
+Algorithm. Each program owns BLOCK_M query rows of one (batch, head) and walks the keys
+in BLOCK_N tiles, keeping a running row max ``m``, a running denominator ``l`` and an
+unnormalised float32 accumulator (the online softmax). ``exp2`` replaces ``exp`` with
+log2(e) folded into the scale, so each score costs one FMA before the exponential. P is
+rounded to the input dtype before the second matmul so both matmuls run on tensor
+cores, as FlashAttention-2 does. The key range is split in two loops: the tiles that
+need no mask at all (every key visible to every row, no tail) run without any
+``where``; the few tiles on the causal diagonal or at the ragged end of the keys run a
+masked copy of the loop body.
+
+Inputs and limits.
+- q: (batch, heads_q, seq_q, head_dim); k, v: (batch, heads_kv, seq_k, head_dim), the
+  layout of ``torch.nn.functional.scaled_dot_product_attention``. Any strides; a last
+  dimension that is not contiguous is copied.
+- fp16 or bf16 (all three the same); head_dim in 32, 64, 96, 128, 256 (96 is padded to
+  a 128-wide tile with masked loads).
+- Any seq_q, seq_k (seq_q != seq_k allowed, lengths need not divide the tiles).
+- Causal masking is TOP-LEFT aligned like SDPA's ``is_causal=True``: query i sees keys
+  j <= i whatever seq_q and seq_k are (flash-attn aligns bottom-right instead).
+- Grouped-query attention: heads_q divisible by heads_kv; q head h reads kv head
+  h // (heads_q // heads_kv).
+- Rows that see no key at all (only possible with seq_k == 0) come out as zeros.
+- Forward only: no log-sum-exp is saved for a backward pass.
+
+Configs. By default the launcher uses ``PINNED[(arch, head_dim, causal)]``; with
+``ATTN_TRITON_AUTOTUNE=1`` it autotunes over ``CONFIGS`` (pruned to what fits the
+device's shared memory), keyed on head_dim, causal, dtype and a power-of-two bucket of
+the sequence length. Under ``TRITON_INTERPRET=1`` one small config is used.
+
+Credits: Tri Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work
+Partitioning" (2023); the Triton fused-attention tutorial (06-fused-attention.py,
+Philippe Tillet and the Triton authors), whose causal STAGE split this file follows.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.errors import OutOfResources
+
+# Read once, like ``triton.jit`` reads it when it decorates the kernels below: the
+# kernels are either compiled or interpreted for the life of the process.
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_AUTOTUNE_ENV = "ATTN_TRITON_AUTOTUNE"
+
+SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 256)
+_DTYPES = (torch.float16, torch.bfloat16)
+
+
+@triton.jit
+def _load_tile(
+    ptrs,
+    rows,
+    n_rows,
+    offs_d,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    MASK_ROWS: tl.constexpr,
+):
+    # Masks only where needed: an all-true mask still costs predicate registers and can
+    # stop the loads from vectorising, and most tiles need none.
+    if MASK_ROWS:
+        if BLOCK_D != HEAD_DIM:
+            mask = (rows[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM)
+        else:
+            mask = rows[:, None] < n_rows
+        tile = tl.load(ptrs, mask=mask, other=0.0)
+    elif BLOCK_D != HEAD_DIM:
+        tile = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+    else:
+        tile = tl.load(ptrs)
+    return tile
+
+
+@triton.jit
+def _attn_fwd_inner(
+    acc, l_i, m_i, q,
+    k_base, v_base, stride_kn, stride_vn,
+    offs_m, offs_n, offs_d,
+    lo, hi, seq_k, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, MASKED: tl.constexpr, UPCAST_DOT: tl.constexpr,
+):  # fmt: skip
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        cols = start_n + offs_n
+        k = _load_tile(k_base + cols[:, None] * stride_kn + offs_d[None, :], cols, seq_k,
+                       offs_d, HEAD_DIM, BLOCK_D, MASKED)  # fmt: skip
+        if UPCAST_DOT:
+            k = k.to(tl.float32)
+        qk = tl.dot(q, tl.trans(k))
+        if MASKED:
+            keep = cols[None, :] < seq_k
+            if CAUSAL:
+                keep = keep & (cols[None, :] <= offs_m[:, None])
+            qk = tl.where(keep, qk * qk_scale, float("-inf"))
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            # A row with every key masked so far keeps m = -inf; subtracting 0 instead
+            # avoids (-inf) - (-inf) = NaN and gives p = 0, alpha = 0 for that row.
+            m_sub = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+        else:
+            # scale > 0 (the launcher checks), so max(qk) * scale == max(qk * scale) and
+            # the scale and the max subtraction fuse into one FMA per score.
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_sub = m_ij
+            qk = qk * qk_scale
+        p = tl.math.exp2(qk - m_sub[:, None])
+        alpha = tl.math.exp2(m_i - m_sub)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        v = _load_tile(v_base + cols[:, None] * stride_vn + offs_d[None, :], cols, seq_k,
+                       offs_d, HEAD_DIM, BLOCK_D, MASKED)  # fmt: skip
+        # Rounding P to the input dtype is what lets the second matmul use tensor cores.
+        p = p.to(v_base.dtype.element_ty)
+        if UPCAST_DOT:
+            p = p.to(tl.float32)
+            v = v.to(tl.float32)
+        acc = tl.dot(p, v, acc)
+        m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd(
+    Q, K, V, Out, qk_scale,
+    stride_qz, stride_qh, stride_qm,
+    stride_kz, stride_kh, stride_kn,
+    stride_vz, stride_vh, stride_vn,
+    stride_oz, stride_oh, stride_om,
+    seq_q, seq_k, kv_group,
+    SEQ_BUCKET,  # only part of the autotune key
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,  # interpreter only, see the launcher
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    if CAUSAL:
+        # Causal row blocks near the end of the sequence do the most work; launching
+        # them first leaves the cheap ones to fill the tail of the grid.
+        start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    else:
+        start_m = tl.program_id(0)
+    off_h = tl.program_id(1)
+    # int64: batch * stride overflows int32 past 2**31 elements.
+    off_z = tl.program_id(2).to(tl.int64)
+    off_hk = (off_h // kv_group).to(tl.int64)
+    off_h = off_h.to(tl.int64)
+    q_base = Q + off_z * stride_qz + off_h * stride_qh
+    k_base = K + off_z * stride_kz + off_hk * stride_kh
+    v_base = V + off_z * stride_vz + off_hk * stride_vh
+    o_base = Out + off_z * stride_oz + off_h * stride_oh
+
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+
+    q = _load_tile(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], offs_m, seq_q,
+                   offs_d, HEAD_DIM, BLOCK_D, True)  # fmt: skip
+    if UPCAST_DOT:
+        q = q.to(tl.float32)
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # Keys [0, full_end) are whole tiles visible to every row of this block: the
+    # causal diagonal starts at row start_m * BLOCK_M (top-left alignment), and the
+    # ragged tail of the keys is left to the masked loop.
+    if CAUSAL:
+        kv_end = tl.minimum((start_m + 1) * BLOCK_M, seq_k)
+        full_end = tl.minimum(start_m * BLOCK_M, seq_k) // BLOCK_N * BLOCK_N
+    else:
+        kv_end = seq_k
+        full_end = seq_k // BLOCK_N * BLOCK_N
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+        offs_m, offs_n, offs_d, 0, full_end, seq_k, qk_scale,
+        HEAD_DIM, BLOCK_D, BLOCK_N, CAUSAL, False, UPCAST_DOT,
+    )  # fmt: skip
+    acc, l_i, m_i = _attn_fwd_inner(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn,
+        offs_m, offs_n, offs_d, full_end, kv_end, seq_k, qk_scale,
+        HEAD_DIM, BLOCK_D, BLOCK_N, CAUSAL, True, UPCAST_DOT,
+    )  # fmt: skip
+
+    # l == 0 only for a row that saw no key (seq_k == 0): its acc is 0, output 0.
+    l_i = tl.where(l_i == 0.0, 1.0, l_i)
+    acc = acc / l_i[:, None]
+    o_ptrs = o_base + offs_m[:, None] * stride_om + offs_d[None, :]
+    o_mask = offs_m[:, None] < seq_q
+    if BLOCK_D != HEAD_DIM:
+        o_mask = o_mask & (offs_d[None, :] < HEAD_DIM)
+    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=o_mask)
+
+
+# ----------------------------------------------------------------------------------------
+# Configs
+# ----------------------------------------------------------------------------------------
+
+
+def _config(block_m: int, block_n: int, num_warps: int, num_stages: int) -> triton.Config:
+    return triton.Config(
+        {"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=num_warps, num_stages=num_stages
+    )
+
+
+# Hopper search space (H100/H200: 132 SMs, 227 KB shared memory per block). Small on
+# purpose: each config costs a compile and about 0.1 s of timing per autotune key.
+# BLOCK_N never exceeds BLOCK_M, which keeps the causal split to at most
+# BLOCK_M / BLOCK_N masked tiles per row block.
+CONFIGS: list[triton.Config] = [
+    _config(block_m, block_n, num_warps, num_stages)
+    for block_m, block_n, num_warps in (
+        (64, 64, 4),
+        (128, 32, 4),
+        (128, 64, 4),
+        (128, 64, 8),
+        (128, 128, 8),
+    )
+    for num_stages in (2, 3, 4)
+    # 128x128 tiles at 4 stages exceed 227 KB for head_dim 128 anyway.
+    if not (block_n == 128 and num_stages == 4)
+] + [
+    # The only tile here that holds head_dim 256 within Ada's 99 KB per block.
+    _config(64, 32, 4, 2),
+]
+
+# Under the interpreter every op is a NumPy call per program: small tiles keep the
+# CPU tests fast, and num_warps/num_stages mean nothing there.
+INTERPRET_CONFIG = _config(16, 16, 1, 1)
+
+# The last resort when a pinned config does not compile for lack of resources.
+_FALLBACK_CONFIG = _config(64, 32, 4, 1)
+
+
+def smem_bytes(config: triton.Config, head_dim: int, elem_size: int = 2) -> int:
+    """Shared memory estimate: a Q tile plus num_stages buffered K and V tiles.
+
+    The compiler's own figure differs a little (layout conversions, barriers); a
+    config that slips through and does not fit fails to compile, and both the
+    autotuner and the pinned path handle that.
+    """
+    block_d = triton.next_power_of_2(head_dim)
+    block_m, block_n = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
+    return (block_m * block_d + 2 * config.num_stages * block_n * block_d) * elem_size
+
+
+@functools.cache
+def _max_shared_mem(device_index: int) -> int:
+    try:
+        props = triton.runtime.driver.active.utils.get_device_properties(device_index)
+        return int(props["max_shared_mem"])
+    except Exception:  # another backend or driver API: ask torch instead
+        props = torch.cuda.get_device_properties(device_index)
+        return int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
+
+
+def _device_index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def _smem_budget(device: torch.device) -> int:
+    return _max_shared_mem(_device_index(device))
+
+
+def prune_configs(configs, named_args, **kwargs) -> list[triton.Config]:
+    """Autotune ``early_config_prune``: drop configs whose tiles exceed shared memory.
+
+    Reads only the tensor ``Q`` from ``named_args`` (older Triton passes no kwargs).
+    Never returns an empty list: the smallest config survives as a last resort.
+    """
+    q = named_args["Q"]
+    head_dim = q.shape[-1]
+    budget = _smem_budget(q.device)
+    kept = [c for c in configs if smem_bytes(c, head_dim, q.element_size()) <= budget]
+    if kept:
+        return kept
+    return [min(configs, key=lambda c: smem_bytes(c, head_dim, q.element_size()))]
+
+
+def _pinned_table() -> dict[tuple[str, int, bool], triton.Config]:
+    # Starting points, not measurements: none of these has been timed yet. They follow
+    # FlashAttention-2's tile choices and fit each part's per-block shared memory with
+    # margin. Replace with `benchmarks/tune_triton.py` results, citing the number.
+    by_arch = {
+        # H100/H200, 227 KB per block.
+        "sm_90": {
+            32: _config(128, 64, 4, 3),
+            64: _config(128, 64, 4, 3),
+            96: _config(128, 64, 8, 3),
+            128: _config(128, 64, 8, 3),
+            256: _config(128, 64, 8, 2),
+        },
+        # A100, 163 KB per block.
+        "sm_80": {
+            32: _config(128, 64, 4, 3),
+            64: _config(128, 64, 4, 3),
+            96: _config(128, 64, 8, 2),
+            128: _config(128, 64, 8, 2),
+            256: _config(64, 32, 4, 2),
+        },
+        # L4 / RTX 4090, 99 KB per block.
+        "sm_89": {
+            32: _config(128, 64, 4, 2),
+            64: _config(128, 64, 4, 2),
+            96: _config(64, 64, 4, 2),
+            128: _config(64, 64, 4, 2),
+            256: _config(64, 32, 4, 2),
+        },
+    }
+    return {
+        (arch, head_dim, causal): config
+        for arch, table in by_arch.items()
+        for head_dim, config in table.items()
+        for causal in (False, True)
+    }
+
+
+PINNED: dict[tuple[str, int, bool], triton.Config] = _pinned_table()
+
+
+def pinned_config(device: torch.device, head_dim: int, causal: bool, elem_size: int = 2):
+    """The config used without autotuning on ``device``.
+
+    An architecture missing from ``PINNED`` (sm_86, sm_100, sm_120, ...) borrows the
+    first entry of the nearest listed one that fits its shared memory: Hopper's for
+    newer parts, Ampere's and then Ada's for older ones.
+    """
+    if _INTERPRET:
+        return INTERPRET_CONFIG
+    return _pinned_for(_device_index(device), head_dim, causal, elem_size)
+
+
+# Cached: the launcher asks on every call, and small shapes are launch-bound. After
+# editing PINNED in a running process, call _pinned_for.cache_clear().
+@functools.cache
+def _pinned_for(index: int, head_dim: int, causal: bool, elem_size: int) -> triton.Config:
+    budget = _smem_budget(torch.device("cuda", index))
+    major, minor = torch.cuda.get_device_capability(index)
+    nearest = ("sm_90", "sm_80", "sm_89") if major >= 9 else ("sm_80", "sm_89", "sm_90")
+    for arch in (f"sm_{major}{minor}", *nearest):
+        config = PINNED.get((arch, head_dim, causal))
+        if config is not None and smem_bytes(config, head_dim, elem_size) <= budget:
+            return config
+    return _FALLBACK_CONFIG
+
+
+_attn_fwd_autotuned = triton.autotune(
+    configs=CONFIGS,
+    key=["HEAD_DIM", "CAUSAL", "SEQ_BUCKET"],  # the dtype joins the key by itself
+    prune_configs_by={"early_config_prune": prune_configs},
+)(_attn_fwd)
+
+
+# ----------------------------------------------------------------------------------------
+# Launcher
+# ----------------------------------------------------------------------------------------
+
+
+def _check_device(name: str, t: torch.Tensor, ref: torch.Tensor | None) -> None:
+    # is_cuda first: the launcher runs this on every call, and small shapes are
+    # launch-bound (t.device.type costs about 0.5 us, is_cuda 0.1 us).
+    if ref is not None and t.device != ref.device:
+        raise ValueError(f"{name} is on {t.device} but q is on {ref.device}")
+    if t.is_cuda or (_INTERPRET and t.device.type == "cpu"):
+        return
+    if _INTERPRET:
+        raise ValueError(f"{name} must be a CUDA or CPU tensor, got device {t.device}")
+    raise ValueError(
+        f"{name} must be a CUDA tensor, got device {t.device}"
+        " (CPU tensors run only under TRITON_INTERPRET=1)"
+    )
+
+
+def _validate(q, k, v, causal, scale, out) -> float:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name} must be 4-D (batch, heads, seq, head_dim), got shape {tuple(t.shape)}"
+            )
+        if t.dtype not in _DTYPES:
+            raise ValueError(f"{name} must be float16 or bfloat16, got {t.dtype}")
+        _check_device(name, t, None if name == "q" else q)
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise ValueError(f"{name} has dtype {t.dtype} but q has {q.dtype}; they must match")
+    batch, heads_q, _, head_dim = q.shape
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"q has head_dim {head_dim}; supported: {SUPPORTED_HEAD_DIMS}")
+    if k.shape != v.shape:
+        raise ValueError(
+            f"v has shape {tuple(v.shape)} but k has {tuple(k.shape)}; they must match"
+        )
+    if k.shape[0] != batch or k.shape[3] != head_dim:
+        raise ValueError(
+            f"k has shape {tuple(k.shape)}; batch and head_dim must match q {tuple(q.shape)}"
+        )
+    heads_kv = k.shape[1]
+    if heads_kv == 0 or heads_q % heads_kv != 0:
+        raise ValueError(
+            f"k has {heads_kv} heads, which must divide q's {heads_q} heads (grouped-query)"
+        )
+    if not isinstance(causal, bool):
+        raise ValueError(f"causal must be a bool, got {type(causal).__name__}")
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise ValueError(f"scale must be a float or None, got {type(scale).__name__}")
+    elif not (math.isfinite(scale) and scale > 0):
+        # The unmasked loop's fused max-then-scale relies on scale > 0.
+        raise ValueError(f"scale must be positive and finite, got {scale}")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(f"out must be a torch.Tensor, got {type(out).__name__}")
+        if out.shape != q.shape:
+            raise ValueError(f"out has shape {tuple(out.shape)}, expected q's {tuple(q.shape)}")
+        if out.dtype != q.dtype:
+            raise ValueError(f"out has dtype {out.dtype}, expected q's {q.dtype}")
+        if out.device != q.device:
+            raise ValueError(f"out is on {out.device} but q is on {q.device}")
+        if out.stride(-1) != 1 and out.numel() > 0:
+            raise ValueError("out must have a contiguous last dimension (stride 1)")
+    return float(scale)
+
+
+def _launch(q, k, v, out, causal: bool, scale: float, config: triton.Config | None) -> None:
+    """Run the kernel with ``config``, or autotune over ``CONFIGS`` when it is None."""
+    batch, heads_q, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    kv_group = heads_q // k.shape[1]
+    # Power-of-two buckets of the longer side: enough to separate launch-bound from
+    # bandwidth-bound shapes without re-tuning for every sequence length.
+    seq_bucket = min(max(triton.next_power_of_2(max(seq_q, seq_k)), 64), 16384)
+    args = (
+        q, k, v, out, scale * 1.4426950408889634,  # log2(e): the kernel uses exp2
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        seq_q, seq_k, kv_group, seq_bucket,
+        head_dim, triton.next_power_of_2(head_dim), causal,
+        # The interpreter's tl.dot multiplies bfloat16's uint16 storage as integers
+        # (triton 3.9); exact float32 products of the same bf16 values sidestep it.
+        _INTERPRET and q.dtype == torch.bfloat16,
+    )  # fmt: skip
+
+    # Grid (row blocks, heads, batch): row blocks vary fastest, so the programs resident
+    # together share one head's K/V in L2; heads and batch get their own axes because
+    # CUDA caps grid y and z at 65535 each.
+    def grid(meta):
+        return (triton.cdiv(seq_q, meta["BLOCK_M"]), heads_q, batch)
+
+    if config is None:
+        _attn_fwd_autotuned[grid](*args)
+        return
+    _attn_fwd[grid](
+        *args,
+        BLOCK_M=config.kwargs["BLOCK_M"],
+        BLOCK_N=config.kwargs["BLOCK_N"],
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
+
+
+def _prepare(q, k, v, causal, scale, out):
+    scale = _validate(q, k, v, causal, scale, out)
+    # The kernel assumes a unit stride along head_dim (vector loads); other strides
+    # are passed through.
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    if k.stride(-1) != 1:
+        k = k.contiguous()
+    if v.stride(-1) != 1:
+        v = v.contiguous()
+    if out is None:
+        out = torch.empty_like(q, memory_format=torch.contiguous_format)
+    return q, k, v, out, scale
+
+
+def flash_attention_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Attention forward, ``softmax(q @ k^T * scale) @ v``, like torch SDPA.
+
+    Args:
+        q: (batch, heads_q, seq_q, head_dim), float16 or bfloat16, on CUDA (or on the
+            CPU under ``TRITON_INTERPRET=1``).
+        k, v: (batch, heads_kv, seq_k, head_dim), q's dtype and device; heads_kv must
+            divide heads_q (grouped-query attention).
+        causal: mask keys after the query, TOP-LEFT aligned like SDPA's
+            ``is_causal=True``: query i sees keys j <= i even when seq_q != seq_k.
+        scale: multiplies q @ k^T; default 1 / sqrt(head_dim); must be positive.
+        out: optional buffer shaped and typed like q, written and returned.
+
+    Returns:
+        (batch, heads_q, seq_q, head_dim) in q's dtype.
+
+    Raises:
+        ValueError: naming the argument that is wrong (dtype, device, shape, head_dim,
+            head counts, scale, out).
+    """
+    q, k, v, out, scale = _prepare(q, k, v, causal, scale, out)
+    if out.numel() == 0:
+        return out
+    if _INTERPRET:
+        _launch(q, k, v, out, causal, scale, INTERPRET_CONFIG)
+    elif os.environ.get(_AUTOTUNE_ENV, "0") == "1":
+        _launch(q, k, v, out, causal, scale, None)
+    else:
+        config = pinned_config(q.device, q.shape[-1], causal, q.element_size())
+        try:
+            _launch(q, k, v, out, causal, scale, config)
+        except OutOfResources:
+            # The smem estimate was optimistic for this part: take the small config
+            # rather than fail; tune_triton.py reports which pinned entry needs fixing.
+            _launch(q, k, v, out, causal, scale, _FALLBACK_CONFIG)
+    return out
+
+
+def flash_attention_fwd_config(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    config: triton.Config,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``flash_attention_fwd`` with an explicit config (for tuning); no fallback."""
+    q, k, v, out, scale = _prepare(q, k, v, causal, scale, out)
+    if out.numel() > 0:
+        _launch(q, k, v, out, causal, scale, config)
+    return out
