@@ -35,7 +35,7 @@ def test_default_suite_has_the_seven_shapes():
     assert all(c.dtype == "float16" for c in suite.cases)
     kernels = {c.kernel for c in suite.cases}
     assert {"triton_flash", "sdpa", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn"} <= kernels
-    assert {c.kernel for c in suite.cases if c.gate} == {"triton_flash"}
+    assert {c.kernel for c in suite.cases if c.gate} == {"triton_flash", "cuda_flash"}
     # the per-case override
     small = [c for c in suite.cases if c.shape.seq_q == 128]
     assert all(c.threshold.min_effect == pytest.approx(0.03) for c in small)
