@@ -286,8 +286,10 @@ def test_prune_keeps_only_what_fits(monkeypatch, arch):
         # sm_86 (99 KB) is not listed: Ampere's entry when it fits, else Ada's.
         ((8, 6), _SMEM["sm_89"], 64, ("sm_80", 64)),
         ((8, 6), _SMEM["sm_89"], 256, ("sm_80", 256)),
-        # sm_120 (99 KB): Hopper's head_dim-256 tile does not fit, Ampere's does.
-        ((12, 0), _SMEM["sm_89"], 256, ("sm_80", 256)),
+        # sm_120 (99 KB): Hopper's head_dim-256 tile (64x32, 2 stages) fits.
+        ((12, 0), _SMEM["sm_89"], 256, ("sm_90", 256)),
+        # ... and with less than it needs, the lookup moves on to Ampere's.
+        ((12, 0), 90_000, 128, ("sm_89", 128)),
         ((10, 0), _SMEM["sm_90"], 256, ("sm_90", 256)),
     ],
 )
