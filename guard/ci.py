@@ -30,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,22 +186,21 @@ def run_check(args: argparse.Namespace, out_dir: Path, extra: Sequence[str]) -> 
     ]
     print(f"[perf-guard] guard {' '.join(argv)}", file=sys.stderr, flush=True)
     with _without_env("GITHUB_STEP_SUMMARY"):  # only a failing check goes to the summary
-        code = cli.main(argv)
+        try:
+            code = cli.main(argv)
+        except Exception as exc:  # a bug in the guard: infrastructure, not the PR's fault
+            return _crashed("guard check", exc)
     if code == ExitCode.PASS:
         return None
     moved: list[dict[str, Any]] = []
-    if check_json.exists():
-        try:
-            run = results.load(check_json)
-        except BadInput:
-            run = None
-        for case in run.cases if run else ():
-            if case.status == results.WRONG:
-                annotate("error", f"Wrong results: {case.id}", case.reason or "wrong results")
-                moved.append({"id": case.id, "verdict": "wrong results"})
-            elif case.status in results.INFRA_STATUSES and case.case.gate:
-                annotate("error", f"Kernel failed to run: {case.id}", case.reason or case.status)
-                moved.append({"id": case.id, "verdict": "error"})
+    for case in _check_cases(check_json):
+        cid, status, reason = case["id"], case["status"], case["reason"]
+        if status == results.WRONG:
+            annotate("error", f"Wrong results: {cid}", reason or "wrong results")
+            moved.append({"id": cid, "verdict": "wrong results", "fails": True})
+        elif status in results.INFRA_STATUSES and case["gate"]:
+            annotate("error", f"Kernel failed to run: {cid}", reason or status)
+            moved.append({"id": cid, "verdict": "error", "fails": True})
     if check_md.exists():
         append_summary("### Correctness (`guard check`)\n\n" + check_md.read_text("utf-8"))
     verdict = {
@@ -210,6 +210,45 @@ def run_check(args: argparse.Namespace, out_dir: Path, extra: Sequence[str]) -> 
     }.get(code, "error")
     headline = f"FAIL: correctness check failed ({VERDICTS[verdict]}); timing was skipped"
     return Outcome(code, verdict, headline, moved)
+
+
+def _crashed(what: str, exc: Exception) -> Outcome:
+    """An exception escaped the guard: a bug or a broken machine, never the PR's verdict."""
+    detail = "".join(traceback.format_exception(exc)).rstrip()
+    print(detail, file=sys.stderr, flush=True)
+    message = f"{what} crashed: {type(exc).__name__}: {exc}"
+    annotate("error", "perf-guard crashed", message)
+    append_summary(
+        f"**{message}**\n\n<details><summary>traceback</summary>\n\n```\n{detail}\n```\n\n</details>"
+    )
+    return Outcome(int(ExitCode.INFRA), "infrastructure", message)
+
+
+def _check_cases(path: Path) -> list[dict[str, Any]]:
+    """(id, status, reason, gate) of each case in a ``guard check`` results file.
+
+    Read as plain JSON, not through ``results.load``: only these four fields matter
+    here, and a check-only file (no timing samples) need not pass the full reader.
+    """
+    try:
+        data = json.loads(path.read_text("utf-8"))
+        records = data["guard"]["cases"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    out = []
+    for rec in records if isinstance(records, list) else []:
+        if not isinstance(rec, dict):
+            continue
+        case = rec.get("case") if isinstance(rec.get("case"), dict) else {}
+        out.append(
+            {
+                "id": str(rec.get("id", "")),
+                "status": str(rec.get("status", "")),
+                "reason": str(rec.get("reason", "")),
+                "gate": bool(case.get("gate", True)),
+            }
+        )
+    return out
 
 
 def _split_json(text: str) -> tuple[dict[str, Any] | None, list[str]]:
@@ -268,14 +307,29 @@ def run_compare(
     ]
     if args.confirm:
         argv += ["--confirm-against", base]
-    if importlib.util.find_spec("guard.report") is not None:
+    if args.html and importlib.util.find_spec("guard.report") is not None:
         argv += ["--html", str(out_dir / "report.html")]
     argv += list(extra)
     print(f"[perf-guard] guard {' '.join(argv)}", file=sys.stderr, flush=True)
     buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        code = cli.main(argv)
+    crash: Exception | None = None
+    try:
+        with contextlib.redirect_stdout(buf):
+            code = cli.main(argv)
+    except Exception as exc:
+        crash = exc
     data, lines = _split_json(buf.getvalue())
+    if crash is not None:
+        if data is None or not isinstance(data.get("exit_code"), int):
+            return _crashed("guard compare", crash)
+        # The verdict was printed before the crash (e.g. in the optional HTML report):
+        # keep it, and say what failed.
+        code = data["exit_code"]
+        detail = "".join(traceback.format_exception(crash)).rstrip()
+        print(detail, file=sys.stderr, flush=True)
+        message = f"the HTML report failed after the verdict: {type(crash).__name__}: {crash}"
+        annotate("warning", "perf-guard report", message)
+        append_summary(f"> {message}")
     for line in lines:  # the guard's ::error / ::warning lines
         print(line, flush=True)
     compare_md = out_dir / "compare.md"
@@ -330,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="skip the paired rerun against the base commit that confirms a regression",
     )
+    p.add_argument("--html", action="store_true", help="also write the HTML report")
     p.add_argument(
         "--missing-baseline",
         choices=["fail", "neutral"],
@@ -340,14 +395,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _write_meta(out_dir: Path, outcome: Outcome, base: str, changes: list[str]) -> None:
+def _write_meta(
+    out_dir: Path, outcome: Outcome, exit_code: int, base: str, changes: list[str]
+) -> None:
     meta = {
         "schema_version": META_SCHEMA_VERSION,
         "pr_number": _pr_number(),
         "gpu": os.environ.get("GPU_LABEL", ""),
         "head_sha": os.environ.get("HEAD_SHA", ""),
         "base_sha": base,
-        "exit_code": outcome.exit_code,
+        "exit_code": int(exit_code),  # the check's (after --missing-baseline neutral)
         "verdict": outcome.verdict,
         "headline": outcome.headline,
         "baseline_changes": changes,
@@ -367,7 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir: Path = args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     gpu = os.environ.get("GPU_LABEL", "")
-    append_summary(f"## perf-guard{f' ({gpu})' if gpu else ''}")
+    append_summary(f"# perf-guard{f': {gpu}' if gpu else ''}")
 
     base = ""
     changes: list[str] = []
@@ -376,6 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadInput as exc:
         outcome = Outcome(int(exc.exit_code), "bad-input", f"NO VERDICT: {exc}")
         annotate("error", "perf-guard: no base commit", str(exc))
+        append_summary(f"**NO VERDICT: {exc}**")
     else:
         changes = changed_baselines(base, args.baselines)
         if changes:
@@ -410,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"**perf-guard verdict: {outcome.verdict}** ({VERDICTS.get(outcome.verdict, '')}), "
         f"exit code {exit_code}"
     )
-    _write_meta(out_dir, outcome, base, changes)
+    _write_meta(out_dir, outcome, exit_code, base, changes)
     write_outputs(
         {
             "exit_code": str(exit_code),
@@ -424,4 +482,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception:  # never let a crash read as exit 1 ("regression")
+        traceback.print_exc()
+        sys.exit(int(ExitCode.INFRA))
