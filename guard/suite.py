@@ -135,6 +135,8 @@ class TimingPlan:
     sample_target_ms: float = 1.0
     warmup_ms: float = 25.0
     host_samples: int = 5
+    passes: int = 5  # samples of a case are spread over this many passes of the round
+    round_warmup_ms: float = 300.0  # GPU kept busy before the first sample of a round
     case_timeout_s: float = 180.0
     alpha: float = 0.01  # whole-check false-alarm rate the intervals are sized for
 

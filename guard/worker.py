@@ -42,6 +42,23 @@ def _context_alive(device: str) -> bool:
         return False
 
 
+def _report_failure(proto: TextIO, case_id: str, exc: Exception, device: str) -> bool:
+    """Report a case that raised; True when the CUDA context is lost (worker must end)."""
+    from guard import measure
+    from guard.results import CRASHED, WRONG
+
+    status = WRONG if isinstance(exc, measure.OutOfBoundsWrite) else CRASHED
+    _emit(
+        proto,
+        event="result",
+        case=case_id,
+        status=status,
+        reason=f"{type(exc).__name__}: {_tail(str(exc), 1)}",
+        output=_tail(traceback.format_exc(), 30),
+    )
+    return not _context_alive(device)
+
+
 def run_job(job: dict[str, Any], proto: TextIO) -> int:
     import torch
 
@@ -65,6 +82,7 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
     _emit(proto, event="hello", pid=os.getpid(), gpu_state=guard_env.gpu_state())
 
     loaded: dict[str, Any] = {}
+    prepared: list[tuple[Case, measure.Prepared]] = []
     for raw in job["cases"]:
         case = Case.from_json(raw)
         seed = int(raw.get("seed", 0))
@@ -115,27 +133,36 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
                     kernel_hash=spec.source_hash(),
                 )
             else:
-                timing = measure.time_case(fn, case, plan, seed, device)
-                _emit(
-                    proto,
-                    **base,
-                    status=OK,
-                    samples=list(timing.samples),
-                    host=list(timing.host_samples),
-                    method=timing.method,
-                    calls=timing.calls_per_sample,
-                )
+                prepared.append((case, measure.Prepared(fn, case, plan, seed, device)))
         except Exception as exc:
-            status = WRONG if isinstance(exc, measure.OutOfBoundsWrite) else CRASHED
+            if _report_failure(proto, case.id, exc, device):
+                return CONTEXT_LOST
+
+    if mode == "time" and prepared:
+        # Samples are taken in passes over every case, after one warm-up for the round.
+        measure.warm_round([p for _, p in prepared], plan)
+        samples: dict[str, list[float]] = {case.id: [] for case, _ in prepared}
+        for i, n in enumerate(measure.pass_sizes(plan)):
+            live = list(prepared)
+            for case, prep in live[i % len(live) :] + live[: i % len(live)]:
+                _emit(proto, event="begin", case=case.id)
+                try:
+                    samples[case.id] += prep.sample(n)
+                except Exception as exc:
+                    prepared.remove((case, prep))
+                    if _report_failure(proto, case.id, exc, device):
+                        return CONTEXT_LOST
+        for case, prep in prepared:
             _emit(
                 proto,
-                **base,
-                status=status,
-                reason=f"{type(exc).__name__}: {_tail(str(exc), 1)}",
-                output=_tail(traceback.format_exc(), 30),
+                event="result",
+                case=case.id,
+                status=OK,
+                samples=samples[case.id],
+                host=list(prep.host),
+                method=prep.method,
+                calls=prep.calls,
             )
-            if not _context_alive(device):
-                return CONTEXT_LOST
     _emit(proto, event="done", gpu_state=guard_env.gpu_state())
     return 0
 

@@ -1,0 +1,295 @@
+"""The guard's calibration study: false alarms and detection power on a real GPU.
+
+collect  (GPU) measure a pool of fresh-process rounds, each timing every suite
+         workload's kernel with a short GPU spin after it ("base"), and with the
+         spin longer by 1, 2, 5 and 10 % of the base time ("plus1" ... "plus10").
+         Both arms launch the spin, so only its extra length differs.
+analyze  (CPU) form PR-like checks from the pool and apply the guard's rule and the
+         anchor rules of other tools (guard/calibration.py); print the table and
+         optionally write docs/CALIBRATION.md and a JSON summary.
+
+python benchmarks/calibrate.py collect --out DIR --seconds 500          # on the GPU
+python benchmarks/calibrate.py analyze --data docs/data/calibration-*.json.gz
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ARMS = {"base": 0.0, "plus1": 0.01, "plus2": 0.02, "plus5": 0.05, "plus10": 0.10}
+SPIN0_CYCLES = 1000  # the spin every arm runs (about 0.5 us at 1.98 GHz)
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # run as a script from a checkout
+
+
+def _plan_timing(samples: int):
+    from guard.suite import TimingPlan
+
+    return TimingPlan(
+        samples_per_round=samples, sample_target_ms=1.0, warmup_ms=10.0, host_samples=1
+    )
+
+
+def _workloads(suite_path: str, kernel: str):
+    from guard.suite import load_suite
+
+    suite = load_suite(suite_path)
+    return [c for c in suite.cases if c.kernel == kernel]
+
+
+def _spun(fn, cycles: int):
+    import torch
+
+    def run(q, k, v, *, causal=False):
+        out = fn(q, k, v, causal=causal)
+        torch.cuda._sleep(cycles)
+        return out
+
+    return run
+
+
+def worker_setup(args) -> dict:
+    """Measure the base arm's time per workload and the spin's cycles per second."""
+    import torch
+
+    import kernels
+    from guard import measure
+
+    fn = kernels.get(args.kernel).loader()
+    plan = _plan_timing(args.suite, 15)
+    # Spin rate: time a long spin in the same way samples are taken.
+    big = 2_000_000
+    g = torch.cuda.CUDAGraph()
+    torch.cuda._sleep(big)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        torch.cuda._sleep(big)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    rates = []
+    for _ in range(10):
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        rates.append(big / (start.elapsed_time(end) * 1e-3))
+    rate = sorted(rates)[len(rates) // 2]
+    out = {"kernel": args.kernel, "suite": args.suite, "cycles_per_s": rate, "workloads": {}}
+    for case in _workloads(args.suite, args.kernel):
+        timing = measure.time_case(_spun(fn, SPIN0_CYCLES), case, plan, 1, "cuda")
+        base_s = sorted(timing.samples)[len(timing.samples) // 2]
+        out["workloads"][case.name] = {
+            "case": case.to_json(),
+            "base_s": base_s,
+            "cycles": {
+                arm: SPIN0_CYCLES + round(frac * base_s * rate) for arm, frac in ARMS.items()
+            },
+        }
+    return out
+
+
+def worker_round(args) -> dict:
+    import kernels
+    from guard import env as guard_env
+    from guard import measure
+    from guard.suite import Case
+
+    plan_doc = json.loads(Path(args.plan).read_text())
+    fn = kernels.get(plan_doc["kernel"]).loader()
+    timing = _plan_timing(plan_doc.get("suite", "suites/default.yaml"), args.samples)
+    jobs = [(name, arm) for name in plan_doc["workloads"] for arm in ARMS]
+    random.Random(args.round).shuffle(jobs)  # interleave arms and workloads
+    state0 = guard_env.gpu_state()
+    prepared = []
+    for name, arm in jobs:
+        w = plan_doc["workloads"][name]
+        case = Case.from_json(w["case"])
+        prep = measure.Prepared(
+            _spun(fn, w["cycles"][arm]), case, timing, args.round * 7919, "cuda"
+        )
+        prepared.append(((name, arm), prep))
+    # Exactly as the guard's worker samples a round: warm-up, then passes.
+    measure.warm_round([p for _, p in prepared], timing)
+    result: dict = {}
+    for i, n in enumerate(measure.pass_sizes(timing)):
+        for (name, arm), prep in prepared[i % len(prepared) :] + prepared[: i % len(prepared)]:
+            result.setdefault(name, {}).setdefault(arm, []).extend(prep.sample(n))
+    return {
+        "round": args.round,
+        "gpu_state": {"start": state0, "end": guard_env.gpu_state()},
+        "samples": result,
+    }
+
+
+def _python_worker(*extra: str, timeout: float = 300) -> dict:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run(
+        [sys.executable, __file__, *extra],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def collect(args) -> int:
+    from guard import env as guard_env
+
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    plan = _python_worker("worker-setup", "--kernel", args.kernel, "--suite", args.suite)
+    plan_path = out_dir / "calibration-plan.json"
+    plan_path.write_text(json.dumps(plan, indent=1))
+    print(
+        f"setup in {time.monotonic() - t0:.0f} s: spin {plan['cycles_per_s'] / 1e9:.2f} Gcycles/s",
+        flush=True,
+    )
+    environment = guard_env.collect("cuda").__dict__
+    rounds, durations = [], []
+    r = 0
+    while time.monotonic() - t0 < args.seconds - (max(durations) if durations else 30):
+        t = time.monotonic()
+        try:
+            rounds.append(
+                _python_worker(
+                    "worker-round",
+                    "--plan",
+                    str(plan_path),
+                    "--round",
+                    str(r),
+                    "--samples",
+                    str(args.samples),
+                )
+            )
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            print(f"round {r} failed: {exc}", flush=True)
+        durations.append(time.monotonic() - t)
+        r += 1
+        if r % 10 == 0:
+            print(f"{r} rounds, {time.monotonic() - t0:.0f} s", flush=True)
+    doc = {
+        "schema_version": 1,
+        "environment": environment,
+        "plan": plan,
+        "samples_per_round": args.samples,
+        "rounds": rounds,
+        "round_seconds": durations,
+    }
+    name = (
+        out_dir / f"calibration-{environment['gpu_slug']}-{time.strftime('%Y%m%dT%H%M%S')}.json.gz"
+    )
+    with gzip.open(name, "wt", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+    mean_round = sum(durations) / max(len(durations), 1)
+    print(f"wrote {name}: {len(rounds)} rounds, {mean_round:.1f} s per round", flush=True)
+    return 0
+
+
+def load_pools(paths: list[str]):
+    docs = []
+    for p in paths:
+        with gzip.open(p, "rt", encoding="utf-8") as fh:
+            docs.append(json.load(fh))
+    return docs
+
+
+def analyze(args) -> int:
+    import numpy as np
+
+    from guard import calibration as cal
+
+    docs = load_pools(args.data)
+    rounds = [r["samples"] for d in docs for r in d["rounds"]]
+    workloads = list(docs[0]["plan"]["workloads"])
+    arms = [a for a in ARMS if a != "base"]
+    rng = np.random.default_rng(args.seed)
+    checks = cal.make_checks(
+        len(rounds), args.rounds, args.max_rounds - args.rounds, args.checks, rng
+    )
+    rules = {f"guard (min_effect {m * 100:g}%)": cal.rule_guard(m) for m in args.min_effect}
+    rules.update(
+        {
+            "pytest-benchmark median:5%": cal.rule_pytest_benchmark,
+            "mann-whitney p<0.05": cal.rule_mann_whitney,
+            "asv (p<0.002, >10%)": cal.rule_asv,
+            "criterion (95% CI > +1%)": cal.rule_criterion,
+        }
+    )
+    rates = [
+        cal.evaluate(rounds, workloads, arms, rule, checks, name, seed=args.seed)
+        for name, rule in rules.items()
+    ]
+    noise = {w: cal.variance_components(rounds, w) for w in workloads}
+    summary = {
+        "gpu": docs[0]["environment"]["gpu_name"],
+        "n_rounds": len(rounds),
+        "n_pools": len(docs),
+        "checks": args.checks,
+        "rounds_per_arm": args.rounds,
+        "max_rounds": args.max_rounds,
+        "noise": noise,
+        "rules": [{"rule": r.rule, "false_alarm": r.false_alarm, "power": r.power} for r in rates],
+    }
+    header = f"{'rule':32} {'A/A fail':>9} " + " ".join(f"{a:>8}" for a in arms)
+    print(header)
+    for r in rates:
+        print(
+            f"{r.rule:32} {r.false_alarm:9.2f} " + " ".join(f"{r.min_power(a):8.2f}" for a in arms)
+        )
+    print("(power: the lowest per-workload detection rate over the suite)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("--out", required=True)
+    c.add_argument("--seconds", type=float, default=500)
+    c.add_argument("--kernel", default="triton_flash")
+    c.add_argument("--suite", default="suites/default.yaml")
+    c.add_argument("--samples", type=int, default=25)
+    s = sub.add_parser("worker-setup")
+    s.add_argument("--kernel", required=True)
+    s.add_argument("--suite", required=True)
+    w = sub.add_parser("worker-round")
+    w.add_argument("--plan", required=True)
+    w.add_argument("--round", type=int, required=True)
+    w.add_argument("--samples", type=int, default=25)
+    a = sub.add_parser("analyze")
+    a.add_argument("--data", nargs="+", required=True)
+    a.add_argument("--rounds", type=int, default=6)
+    a.add_argument("--max-rounds", type=int, default=12)
+    a.add_argument("--checks", type=int, default=100)
+    a.add_argument("--min-effect", type=float, nargs="+", default=[0.005, 0.01, 0.02])
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--json")
+    args = parser.parse_args()
+    if args.cmd == "collect":
+        return collect(args)
+    if args.cmd == "worker-setup":
+        print(json.dumps(worker_setup(args)))
+        return 0
+    if args.cmd == "worker-round":
+        print(json.dumps(worker_round(args)))
+        return 0
+    return analyze(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Error rates of the guard's decision rule, and of the rules other tools use.
+
+Pure analysis (no I/O, no torch): the input is a pool of fresh-process rounds, each
+holding, per workload, samples of a "base" arm (kernel + a short GPU spin) and of
+"planted" arms whose spin is longer by a known fraction of the base time. A check is
+formed like a PR check: baseline rounds and candidate rounds drawn from disjoint
+processes; the candidate uses the base arm (A/A) or a planted arm.
+
+Rules compared on the same samples:
+- ``guard``: this project's rule (``guard.stats``: bootstrap over rounds, Welch t,
+  Bonferroni across the suite's workloads, band of +-min_effect), with sequential
+  extension of inconclusive workloads from ``rounds`` up to ``max_rounds``.
+- ``pytest-benchmark median:5%``: candidate median > 1.05 x baseline median
+  (pytest-benchmark's ``--benchmark-compare-fail=median:5%``, samples pooled).
+- ``mann-whitney p<0.05``: Google Benchmark's compare.py U test on pooled samples,
+  counted as a regression when p < 0.05 and the candidate median is larger.
+- ``asv``: U test p < 0.002 and ratio of medians > 1.1 (asv's defaults).
+- ``criterion``: 95% bootstrap interval of the ratio of means (pooled samples)
+  entirely above 1 + 1% (criterion's noise threshold).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+from guard import stats
+
+# rounds[r][workload][arm] -> samples of that arm in that round
+Round = dict[str, dict[str, list[float]]]
+BASE = "base"
+
+
+@dataclass(frozen=True)
+class Check:
+    baseline: tuple[int, ...]  # round indices
+    candidate: tuple[int, ...]
+    reserve_b: tuple[int, ...] = ()  # extra rounds for the sequential extension
+    reserve_c: tuple[int, ...] = ()
+
+
+def _pooled(rounds: Sequence[Round], idx: Sequence[int], workload: str, arm: str) -> np.ndarray:
+    return np.concatenate([np.asarray(rounds[i][workload][arm], dtype=float) for i in idx])
+
+
+def _per_round(rounds: Sequence[Round], idx: Sequence[int], workload: str, arm: str):
+    return [rounds[i][workload][arm] for i in idx]
+
+
+def rule_guard(min_effect: float, alpha: float = 0.01, step: int = 2) -> Callable:
+    """The guard's rule, sequential extension included."""
+
+    def decide(rounds, check: Check, workloads: Sequence[str], arm: str, rng) -> dict[str, bool]:
+        confidence = stats.family_confidence(alpha, len(workloads))
+        out = {}
+        for w in workloads:
+            nb, nc = list(check.baseline), list(check.candidate)
+            rb, rc = list(check.reserve_b), list(check.reserve_c)
+            while True:
+                iv = stats.ratio_interval(
+                    _per_round(rounds, nb, w, BASE),
+                    _per_round(rounds, nc, w, arm),
+                    confidence=confidence,
+                    rng=rng,
+                    n_resamples=500,
+                )
+                verdict = stats.classify(iv, min_effect)
+                if verdict is not stats.Verdict.INCONCLUSIVE or not rb or not rc:
+                    break
+                take = min(step, len(rb), len(rc))
+                nb += rb[:take]
+                nc += rc[:take]
+                rb, rc = rb[take:], rc[take:]
+            out[w] = verdict is stats.Verdict.REGRESSION
+        return out
+
+    return decide
+
+
+def rule_pytest_benchmark(rounds, check, workloads, arm, rng) -> dict[str, bool]:
+    return {
+        w: float(np.median(_pooled(rounds, check.candidate, w, arm)))
+        > 1.05 * float(np.median(_pooled(rounds, check.baseline, w, BASE)))
+        for w in workloads
+    }
+
+
+def _u_test(rounds, check, w, arm) -> tuple[float, float]:
+    a = _pooled(rounds, check.baseline, w, BASE)
+    b = _pooled(rounds, check.candidate, w, arm)
+    p = float(sps.mannwhitneyu(b, a, alternative="two-sided").pvalue)
+    return p, float(np.median(b) / np.median(a))
+
+
+def rule_mann_whitney(rounds, check, workloads, arm, rng) -> dict[str, bool]:
+    out = {}
+    for w in workloads:
+        p, ratio = _u_test(rounds, check, w, arm)
+        out[w] = p < 0.05 and ratio > 1.0
+    return out
+
+
+def rule_asv(rounds, check, workloads, arm, rng) -> dict[str, bool]:
+    out = {}
+    for w in workloads:
+        p, ratio = _u_test(rounds, check, w, arm)
+        out[w] = p < 0.002 and ratio > 1.1
+    return out
+
+
+def rule_criterion(rounds, check, workloads, arm, rng) -> dict[str, bool]:
+    out = {}
+    for w in workloads:
+        a = _pooled(rounds, check.baseline, w, BASE)
+        b = _pooled(rounds, check.candidate, w, arm)
+        res = sps.bootstrap(
+            (b, a),
+            lambda x, y, axis=-1: np.mean(x, axis) / np.mean(y, axis),
+            vectorized=True,
+            n_resamples=500,
+            confidence_level=0.95,
+            method="percentile",
+            rng=rng,
+        )
+        out[w] = float(res.confidence_interval.low) > 1.01
+    return out
+
+
+def make_checks(
+    n_rounds: int, per_arm: int, reserve: int, n_checks: int, rng: np.random.Generator
+) -> list[Check]:
+    """Random disjoint-within-a-check draws of rounds (checks may share rounds)."""
+    need = 2 * (per_arm + reserve)
+    if n_rounds < need:
+        raise ValueError(f"a check needs {need} rounds; the pool has {n_rounds}")
+    checks = []
+    for _ in range(n_checks):
+        perm = rng.permutation(n_rounds)
+        b, c = perm[:per_arm], perm[per_arm : 2 * per_arm]
+        rb = perm[2 * per_arm : 2 * per_arm + reserve]
+        rc = perm[2 * per_arm + reserve : need]
+        checks.append(Check(*(tuple(int(x) for x in part) for part in (b, c, rb, rc))))
+    return checks
+
+
+def disjoint_checks(n_rounds: int, per_arm: int) -> list[Check]:
+    """Checks that share no round at all (independent, and few)."""
+    n = n_rounds // (2 * per_arm)
+    return [
+        Check(
+            tuple(range(2 * i * per_arm, (2 * i + 1) * per_arm)),
+            tuple(range((2 * i + 1) * per_arm, (2 * i + 2) * per_arm)),
+        )
+        for i in range(n)
+    ]
+
+
+@dataclass(frozen=True)
+class RuleRates:
+    rule: str
+    false_alarm: float  # fraction of A/A whole-suite checks that fail
+    power: dict[str, dict[str, float]]  # arm -> workload -> detection rate
+    n_checks: int
+
+    def min_power(self, arm: str) -> float:
+        return min(self.power[arm].values()) if self.power.get(arm) else float("nan")
+
+
+def evaluate(
+    rounds: Sequence[Round],
+    workloads: Sequence[str],
+    arms: Sequence[str],
+    rule: Callable,
+    checks: Sequence[Check],
+    name: str,
+    seed: int = 0,
+) -> RuleRates:
+    rng = np.random.default_rng(seed)
+    false_alarms = 0
+    detected = {arm: dict.fromkeys(workloads, 0) for arm in arms}
+    for check in checks:
+        if any(rule(rounds, check, workloads, BASE, rng).values()):
+            false_alarms += 1
+        for arm in arms:
+            for w, flagged in rule(rounds, check, workloads, arm, rng).items():
+                detected[arm][w] += int(flagged)
+    n = len(checks)
+    return RuleRates(
+        rule=name,
+        false_alarm=false_alarms / n,
+        power={a: {w: detected[a][w] / n for w in workloads} for a in arms},
+        n_checks=n,
+    )
+
+
+def variance_components(rounds: Sequence[Round], workload: str, arm: str = BASE):
+    """(between-round sd, within-round sd) of log times: the noise the rule must beat."""
+    logs = [np.log(np.asarray(r[workload][arm], dtype=float)) for r in rounds]
+    medians = np.array([np.median(x) for x in logs])
+    within = float(np.sqrt(np.mean([np.var(x, ddof=1) for x in logs])))
+    return float(np.std(medians, ddof=1)), within
