@@ -31,12 +31,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from a checkout
 
 
-def _plan_timing(samples: int):
-    from guard.suite import TimingPlan
+def _plan_timing(suite_path: str, samples: int):
+    """The suite's own timing plan (what a PR check does), one host sample to save time."""
+    from dataclasses import replace
 
-    return TimingPlan(
-        samples_per_round=samples, sample_target_ms=1.0, warmup_ms=10.0, host_samples=1
-    )
+    from guard.suite import load_suite
+
+    return replace(load_suite(suite_path).timing, samples_per_round=samples, host_samples=1)
 
 
 def _workloads(suite_path: str, kernel: str):
