@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 ARMS = {"base": 0.0, "plus1": 0.01, "plus2": 0.02, "plus5": 0.05, "plus10": 0.10}
+CONTROL = "control"  # torch SDPA (default backend) on the same workload, no spin
 SPIN0_CYCLES = 1000  # the spin every arm runs (about 0.5 us at 1.98 GHz)
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -83,7 +84,13 @@ def worker_setup(args) -> dict:
         end.synchronize()
         rates.append(big / (start.elapsed_time(end) * 1e-3))
     rate = sorted(rates)[len(rates) // 2]
-    out = {"kernel": args.kernel, "suite": args.suite, "cycles_per_s": rate, "workloads": {}}
+    out = {
+        "kernel": args.kernel,
+        "control": "sdpa",
+        "suite": args.suite,
+        "cycles_per_s": rate,
+        "workloads": {},
+    }
     for case in _workloads(args.suite, args.kernel):
         timing = measure.time_case(_spun(fn, SPIN0_CYCLES), case, plan, 1, "cuda")
         base_s = sorted(timing.samples)[len(timing.samples) // 2]
@@ -105,17 +112,17 @@ def worker_round(args) -> dict:
 
     plan_doc = json.loads(Path(args.plan).read_text())
     fn = kernels.get(plan_doc["kernel"]).loader()
+    control = kernels.get(plan_doc.get("control", "sdpa")).loader()
     timing = _plan_timing(plan_doc.get("suite", "suites/default.yaml"), args.samples)
-    jobs = [(name, arm) for name in plan_doc["workloads"] for arm in ARMS]
+    jobs = [(name, arm) for name in plan_doc["workloads"] for arm in [*ARMS, CONTROL]]
     random.Random(args.round).shuffle(jobs)  # interleave arms and workloads
     state0 = guard_env.gpu_state()
     prepared = []
     for name, arm in jobs:
         w = plan_doc["workloads"][name]
         case = Case.from_json(w["case"])
-        prep = measure.Prepared(
-            _spun(fn, w["cycles"][arm]), case, timing, args.round * 7919, "cuda"
-        )
+        run = control if arm == CONTROL else _spun(fn, w["cycles"][arm])
+        prep = measure.Prepared(run, case, timing, args.round * 7919, "cuda")
         prepared.append(((name, arm), prep))
     # Exactly as the guard's worker samples a round: warm-up, then passes.
     measure.warm_round([p for _, p in prepared], timing)

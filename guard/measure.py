@@ -211,6 +211,9 @@ class Prepared:
         self._replay()
 
     def sample(self, n: int) -> list[float]:
+        """``n`` samples, after one untimed replay: the first replay after another case
+        ran is about 10% slow (H200, calibration pool 2), a cold start, not the kernel."""
+        self._replay()
         out = []
         for _ in range(n):
             if self.device == "cuda":
