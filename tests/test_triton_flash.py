@@ -361,3 +361,50 @@ def test_gpu_autotune_env(monkeypatch, causal):
     q, k, v = _qkv(1, 8, 8, 1000, 1000, 64, torch.float16)
     out = tf.flash_attention_fwd(q, k, v, causal=causal)
     assert_matches(out, q, k, v, causal=causal)
+
+
+# ----------------------------------------------------------------------------------------
+# The TMA + warp-specialized path (sm_90), forced; under the interpreter with small tiles
+# it runs the same device-side descriptors without the warp specialization.
+# ----------------------------------------------------------------------------------------
+
+
+def _ws_setup(head_dim):
+    if DEVICE == "cpu":
+        return tf.INTERPRET_CONFIG, 48
+    if not tf._is_sm90(torch.cuda.current_device()):
+        pytest.skip("the warp-specialized path is for sm_90")
+    return tf.WS_PINNED[128], 256
+
+
+@pytest.mark.parametrize("heads_kv", [4, 2])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("dtype", DTYPES, ids=_ids)
+def test_warp_specialized_path(dtype, head_dim, heads_kv):
+    config, seq_k = _ws_setup(head_dim)
+    # seq_q not a multiple of BLOCK_M: the TMA store must clip the last row block.
+    q, k, v = _qkv(2, 4, heads_kv, seq_k - 5, seq_k, head_dim, dtype)
+    out = torch.full_like(q, float("nan"))
+    tf.flash_attention_fwd_config(q, k, v, config, out=out, warp_specialize=True)
+    assert_matches(out, q, k, v, causal=False)
+
+
+def test_warp_specialized_path_refuses_what_it_cannot_do():
+    config = tf.WS_PINNED[128]
+    q, k, v = _qkv(1, 2, 2, 8, 128, 64, torch.float16)
+    with pytest.raises(ValueError, match="causal=False"):
+        tf.flash_attention_fwd_config(q, k, v, config, causal=True, warp_specialize=True)
+    q, k, v = _qkv(1, 2, 2, 8, 100, 64, torch.float16)
+    with pytest.raises(ValueError, match="multiple of BLOCK_N"):
+        tf.flash_attention_fwd_config(q, k, v, config, warp_specialize=True)
+
+
+def test_ws_dispatch_rules():
+    q, k, v = _qkv(1, 1, 1, 4, 4, 128, torch.float16)
+    # Never under the interpreter, never causal.
+    assert tf.ws_config(q, k, v, q, causal=True) is None
+    if DEVICE == "cpu":
+        assert tf.ws_config(q, k, v, q, causal=False) is None
+    assert tf.WS_MIN_SEQ_K % tf.WS_PINNED[128].kwargs["BLOCK_N"] == 0
+    for config in tf.WS_PINNED.values():
+        assert tf.smem_bytes(config, 128) <= _SMEM["sm_90"]

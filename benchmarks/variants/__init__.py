@@ -1,0 +1,1 @@
+"""Kernel variants timed side by side by ``benchmarks/triton_variants.py``."""
