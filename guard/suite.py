@@ -150,10 +150,17 @@ class Suite:
     cpu_timing: TimingPlan
     source: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    full_hash: str = ""  # the whole file's hash, kept when cases are selected
 
     @property
     def hash(self) -> str:
-        """Hash of what decides correctness and comparability (not the timing plan)."""
+        """Hash of what decides correctness and comparability (not the timing plan).
+
+        A selection (``--kernels``, ``--cases``) keeps the hash of the whole suite, so a
+        partial run is not reported as a changed suite."""
+        return self.full_hash or self._content_hash()
+
+    def _content_hash(self) -> str:
         payload = {
             "name": self.name,
             "cases": [c.to_json() for c in self.cases],
@@ -178,7 +185,7 @@ class Suite:
             if unknown:
                 raise BadInput(f"{self.source}: no case named {', '.join(unknown)}")
             cases = tuple(c for c in cases if c.name in names)
-        return replace(self, cases=cases)
+        return replace(self, cases=cases, full_hash=self.hash)
 
     def to_json(self) -> dict[str, Any]:
         return {
