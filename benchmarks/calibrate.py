@@ -258,6 +258,11 @@ def analyze(args) -> int:
             f"{r.rule:32} {r.false_alarm:9.2f} " + " ".join(f"{r.min_power(a):8.2f}" for a in arms)
         )
     print("(power: the lowest per-workload detection rate over the suite)")
+    for w, (between, within, normalized) in noise.items():
+        print(
+            f"noise {w:28} between {between:.2%} within {within:.2%} "
+            f"between/control {normalized:.2%}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
     return 0

@@ -50,6 +50,9 @@ def _per_round(rounds: Sequence[Round], idx: Sequence[int], workload: str, arm: 
     return [rounds[i][workload][arm] for i in idx]
 
 
+CONTROL = "control"  # torch SDPA on the same workload, in the same round (pools 3+)
+
+
 def rule_guard(min_effect: float, alpha: float = 0.01, step: int = 2) -> Callable:
     """The guard's rule, sequential extension included."""
 
@@ -197,8 +200,13 @@ def evaluate(
 
 
 def variance_components(rounds: Sequence[Round], workload: str, arm: str = BASE):
-    """(between-round sd, within-round sd) of log times: the noise the rule must beat."""
+    """(between-round sd, within-round sd, between-round sd after dividing by the
+    control) of log times: the noise the rule must beat."""
     logs = [np.log(np.asarray(r[workload][arm], dtype=float)) for r in rounds]
     medians = np.array([np.median(x) for x in logs])
     within = float(np.sqrt(np.mean([np.var(x, ddof=1) for x in logs])))
-    return float(np.std(medians, ddof=1)), within
+    normalized = float("nan")
+    if all(CONTROL in r[workload] for r in rounds):
+        ctrl = np.array([np.log(np.median(r[workload][CONTROL])) for r in rounds])
+        normalized = float(np.std(medians - ctrl, ddof=1))
+    return float(np.std(medians, ddof=1)), within, normalized

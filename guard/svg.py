@@ -237,7 +237,8 @@ def ratio_svg(
     there); an interval reaching past a factor ``WIDE`` of the band is cut, with an arrow.
     """
     band_lo, band_hi = 1.0 - min_effect, 1.0 + min_effect
-    near_lo = min(ratio, 1.0 - 2 * min_effect)
+    # Keep the axis positive (log scale) even for bands of 50% and more.
+    near_lo = min(ratio, max(1.0 - 2 * min_effect, band_lo / 2))
     near_hi = max(ratio, 1.0 + 2 * min_effect)
     lo = max(min(low, near_lo), near_lo / WIDE) / 1.03
     hi = min(max(high, near_hi), near_hi * WIDE) * 1.03

@@ -404,3 +404,10 @@ def _pooled_median(c: CaseResult) -> float:
     import numpy as np
 
     return float(np.median(c.samples))
+
+
+@pytest.mark.parametrize("band", [0.5, 0.9])
+def test_ratio_plot_survives_wide_bands(band):
+    from guard import svg
+
+    assert "<svg" in svg.ratio_svg(1.0, 0.9, 1.1, band)

@@ -122,7 +122,7 @@ def _mutate(doc, path, value):
         (("guard", "cases", 0, "rounds", 0, 0), 0, "guard.cases[0].rounds[0][0]"),
         (("guard", "cases", 0, "rounds", 0, 0), "fast", "guard.cases[0].rounds[0][0]"),
         (("guard", "cases", 0, "rounds", 0), "x", "guard.cases[0].rounds[0]"),
-        (("guard", "cases", 0, "rounds"), [], "guard.cases[0].rounds"),
+        (("guard", "cases", 0, "rounds"), "none", "guard.cases[0].rounds"),
         (("guard", "cases", 0, "status"), "great", "guard.cases[0].status"),
         (("guard", "cases", 0, "case", "name"), "a/b", "guard.cases[0].case.name"),
         (("guard", "cases", 0, "case", "threshold"), "mean:1%", "guard.cases[0].case.threshold"),
@@ -248,3 +248,16 @@ def test_loader_fuzz_mutated_real_document(data):
     mutated = _mutate(doc, path, data.draw(json_values))
     with contextlib.suppress(BadInput):
         results.from_json(mutated, "fuzz.json")
+
+
+def test_check_only_results_round_trip(run, tmp_path):
+    """``guard check`` writes ok cases without samples; they must load back."""
+    import dataclasses
+
+    checked = dataclasses.replace(
+        run, cases=tuple(dataclasses.replace(c, rounds=(), host_rounds=()) for c in run.cases)
+    )
+    results.save(checked, tmp_path / "c.json")
+    back = results.load(tmp_path / "c.json")
+    assert [c.status for c in back.cases] == ["ok", "ok"]
+    assert all(not c.rounds for c in back.cases)
