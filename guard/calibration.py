@@ -210,3 +210,37 @@ def variance_components(rounds: Sequence[Round], workload: str, arm: str = BASE)
         ctrl = np.array([np.log(np.median(r[workload][CONTROL])) for r in rounds])
         normalized = float(np.std(medians - ctrl, ddof=1))
     return float(np.std(medians, ddof=1)), within, normalized
+
+
+def coverage(
+    rounds: Sequence[Round],
+    workloads: Sequence[str],
+    arm: str,
+    checks: Sequence[Check],
+    confidence: float,
+    seed: int = 0,
+) -> float:
+    """Share of (check, workload) intervals that hold the pool's own ratio for ``arm``
+    (the ratio of its all-round trimmed geometric means): does the interval cover?"""
+    rng = np.random.default_rng(seed)
+    hits = total = 0
+    for w in workloads:
+        every = list(range(len(rounds)))
+        truth = stats.ratio_interval(
+            _per_round(rounds, every, w, BASE),
+            _per_round(rounds, every, w, arm),
+            confidence=0.5,
+            rng=rng,
+            n_resamples=200,
+        ).ratio
+        for check in checks:
+            iv = stats.ratio_interval(
+                _per_round(rounds, check.baseline, w, BASE),
+                _per_round(rounds, check.candidate, w, arm),
+                confidence=confidence,
+                rng=rng,
+                n_resamples=500,
+            )
+            hits += int(iv.low <= truth <= iv.high)
+            total += 1
+    return hits / total
