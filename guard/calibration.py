@@ -98,20 +98,19 @@ def _u_test(rounds, check, w, arm) -> tuple[float, float]:
     return p, float(np.median(b) / np.median(a))
 
 
-def rule_mann_whitney(rounds, check, workloads, arm, rng) -> dict[str, bool]:
-    out = {}
-    for w in workloads:
-        p, ratio = _u_test(rounds, check, w, arm)
-        out[w] = p < 0.05 and ratio > 1.0
-    return out
+def _u_rule(p_max: float, min_ratio: float) -> Callable:
+    def decide(rounds, check, workloads, arm, rng) -> dict[str, bool]:
+        out = {}
+        for w in workloads:
+            p, ratio = _u_test(rounds, check, w, arm)
+            out[w] = p < p_max and ratio > min_ratio
+        return out
+
+    return decide
 
 
-def rule_asv(rounds, check, workloads, arm, rng) -> dict[str, bool]:
-    out = {}
-    for w in workloads:
-        p, ratio = _u_test(rounds, check, w, arm)
-        out[w] = p < 0.002 and ratio > 1.1
-    return out
+rule_mann_whitney = _u_rule(0.05, 1.0)  # Google Benchmark compare.py
+rule_asv = _u_rule(0.002, 1.1)  # asv's defaults
 
 
 def rule_criterion(rounds, check, workloads, arm, rng) -> dict[str, bool]:

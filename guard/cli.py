@@ -170,24 +170,22 @@ def _run_exit(run: results.RunResult) -> int:
     return ExitCode.PASS
 
 
-def cmd_check(args: argparse.Namespace) -> int:
+def _measure(args: argparse.Namespace, operation) -> int:
     progress = ProgressPrinter(not args.quiet)
     try:
-        run = core.check(_suite(args), _opts(args), progress)
+        run = operation(_suite(args), _opts(args), progress)
     finally:
         progress.close()
     _finish_run(args, run)
     return _run_exit(run)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    return _measure(args, core.check)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    progress = ProgressPrinter(not args.quiet)
-    try:
-        run = core.run(_suite(args), _opts(args), progress)
-    finally:
-        progress.close()
-    _finish_run(args, run)
-    return _run_exit(run)
+    return _measure(args, core.run)
 
 
 def _render_comparison(args: argparse.Namespace, comparison) -> int:
