@@ -118,6 +118,7 @@ def _opts(args: argparse.Namespace) -> core.MeasureOptions:
         seed=getattr(args, "seed", None),
         fault_modules=tuple(getattr(args, "fault_module", None) or ()),
         sys_path=tuple(getattr(args, "worker_path", None) or ()),
+        sanitize=getattr(args, "sanitize", False),
     )
 
 
@@ -379,6 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="correctness only")
     _common(p)
+    p.add_argument(
+        "--sanitize",
+        action="store_true",
+        help="run each worker under compute-sanitizer memcheck (GPU; slow) so "
+        "out-of-bounds accesses fail their case",
+    )
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("run", help="check correctness, then time every case")

@@ -34,6 +34,7 @@ class MeasureOptions:
     seed: int | None = None
     fault_modules: tuple[str, ...] = ()  # tests: modules that register extra kernels
     sys_path: tuple[str, ...] = ()
+    sanitize: bool = False  # run workers under compute-sanitizer memcheck (GPU only)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ def _session(
         fault_modules=opts.fault_modules,
         sys_path=opts.sys_path,
         cpu_fallback_reason=reason,
+        sanitize=opts.sanitize and device == "cuda",
     )
 
 

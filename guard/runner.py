@@ -15,6 +15,7 @@ import json
 import os
 import queue
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from guard.results import (
 from guard.suite import Case, Suite, TimingPlan
 
 GUARD_ROOT = Path(__file__).resolve().parent.parent
+SANITIZER_FOUND = 87  # compute-sanitizer's exit code when it reports memory errors
 STARTUP_TIMEOUT_S = 300.0  # torch import + CUDA init on a cold machine
 
 
@@ -131,6 +133,7 @@ class Session:
         fault_modules: Sequence[str] = (),
         sys_path: Sequence[str] = (),
         python: str = sys.executable,
+        sanitize: bool = False,
         cpu_fallback_reason: str = "",
     ) -> None:
         self.suite = suite
@@ -142,6 +145,7 @@ class Session:
         self.fault_modules = tuple(fault_modules)
         self.sys_path = tuple(sys_path)
         self.python = python
+        self.sanitize = sanitize
         self.cpu_fallback_reason = cpu_fallback_reason
         self.states = {a.name: {c.id: _CaseState(c) for c in suite.cases} for a in self.arms}
         self.round_infos: dict[str, list[RoundInfo]] = {a.name: [] for a in self.arms}
@@ -302,6 +306,25 @@ class Session:
         if state.status == OK:  # keep the first failure
             state.status, state.reason, state.output = status, reason, output
 
+    def _sanitizer(self) -> list[str]:
+        """``compute-sanitizer`` memcheck around the worker (opt-in: 10-100x slower)."""
+        if not self.sanitize:
+            return []
+        exe = shutil.which("compute-sanitizer")
+        if exe is None:
+            raise InfraError("--sanitize: compute-sanitizer is not on PATH")
+        return [
+            exe,
+            "--tool",
+            "memcheck",
+            "--error-exitcode",
+            str(SANITIZER_FOUND),
+            "--target-processes",
+            "all",
+            "--print-limit",
+            "20",
+        ]
+
     def _spawn(self, job: dict[str, Any]):
         """Start a worker and yield its events; synthesize exit/timeout events."""
         env = dict(os.environ)
@@ -309,10 +332,12 @@ class Session:
             [str(GUARD_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
         )
         env["PYTHONUNBUFFERED"] = "1"
+        if self.sanitize:  # memcheck sees cudaMalloc bounds, not torch's sub-allocations
+            env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
         with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as err:
             try:
                 proc = subprocess.Popen(
-                    [self.python, "-m", "guard.worker"],
+                    [*self._sanitizer(), self.python, "-m", "guard.worker"],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=err,
@@ -383,6 +408,8 @@ class Session:
 def _exit_reason(code: int) -> str:
     from guard.worker import CONTEXT_LOST
 
+    if code == SANITIZER_FOUND:
+        return "compute-sanitizer reported memory errors (see the worker's output)"
     if code == CONTEXT_LOST:
         return "CUDA context lost (illegal memory access or similar); worker restarted"
     if code < 0:

@@ -115,3 +115,29 @@ kernels.register(
         probe=_any,
     )
 )
+
+
+def fault_oob_gpu(q, k, v, *, causal=False, scale=None):
+    """Writes 64 elements just past the end of its own output (the allocator's slack
+    hides it from the CUDA context; compute-sanitizer sees it)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _past_end(ptr, n):
+        offs = n + tl.arange(0, 64)
+        tl.store(ptr + offs, tl.zeros([64], dtype=tl.float16))
+
+    out = attention(q, k, v, causal=causal, scale=scale)
+    _past_end[(1,)](out, out.numel())
+    return out
+
+
+kernels.register(
+    KernelSpec(
+        name="fault_oob_gpu",
+        description="test fault: writes past its output (GPU)",
+        loader=lambda: fault_oob_gpu,
+        probe=_cuda_only,
+    )
+)

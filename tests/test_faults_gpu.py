@@ -56,3 +56,43 @@ def test_illegal_address_is_isolated(tmp_path):
         "illegal" in (c.reason + c.worker_output).lower() or "context" in c.reason for c in bad
     )
     assert all(c.status == "ok" and len(c.rounds) == 2 for c in good)
+
+
+def test_compute_sanitizer_catches_out_of_bounds_write(tmp_path):
+    """``guard check --sanitize``: memcheck fails the stray writer, passes SDPA."""
+    import shutil
+
+    if shutil.which("compute-sanitizer") is None:
+        pytest.skip("compute-sanitizer not on PATH")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(
+        "schema_version: 1\nname: gpu-sanitize\nkernels: [fault_oob_gpu, sdpa]\n"
+        "timing: {case_timeout_s: 300}\ncases:\n  - {shape: [1, 2, 64, 64]}\n"
+    )
+    out = tmp_path / "r.json"
+    code = main(
+        [
+            "check",
+            "--suite",
+            str(suite),
+            "--device",
+            "cuda",
+            "--sanitize",
+            "-q",
+            "--out",
+            str(out),
+            "--fault-module",
+            "fault_kernels",
+            "--worker-path",
+            str(TESTS),
+        ]
+    )
+    run = results.load(out)
+    status = {c.case.kernel: c for c in run.cases}
+    assert status["sdpa"].status == "ok"
+    assert status["fault_oob_gpu"].status in ("crashed", "wrong")
+    assert (
+        "sanitizer" in status["fault_oob_gpu"].reason
+        or "Invalid" in status["fault_oob_gpu"].worker_output
+    )
+    assert code in (1, 3)
