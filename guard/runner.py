@@ -231,9 +231,12 @@ class Session:
         last_state: dict[str, Any] = {}
         done = 0
         while remaining:
-            job = self._job(arm, mode, remaining, round_index)
+            # Under compute-sanitizer a finding surfaces only as the worker's exit code,
+            # so each case gets a worker of its own and the finding lands on that case.
+            batch = remaining[:1] if self.sanitize else remaining
+            job = self._job(arm, mode, batch, round_index)
             events = self._spawn(job)
-            current: str | None = None
+            current: str | None = batch[0].id if self.sanitize else None
             progressed = False
             for event in events:
                 kind = event.get("event")
@@ -250,11 +253,18 @@ class Session:
                     cid = event["case"]
                     self._record(states[cid], mode, event)
                     remaining = [c for c in remaining if c.id != cid]
-                    current, progressed, done = None, True, done + 1
+                    progressed, done = True, done + 1
+                    current = cid if self.sanitize else None
                 elif kind == "done":
                     last_state = event.get("gpu_state", {})
                 elif kind in ("exit", "timeout", "fatal"):
                     failed = current or (remaining[0].id if remaining else None)
+                    if self.sanitize and event.get("code") == SANITIZER_FOUND:
+                        failed = batch[0].id  # even if the case had reported "ok"
+                        state = states[failed]
+                        if state.status != OK:  # keep its error, add the sanitizer's report
+                            state.reason += f"; {event.get('reason', '')}"
+                            state.output = event.get("output", "") or state.output
                     if failed is None:
                         break
                     status = TIMEOUT if kind == "timeout" else CRASHED
@@ -388,7 +398,12 @@ class Session:
                         code = proc.wait()
                         if code != 0:
                             reason = _exit_reason(code)
-                            yield {"event": "exit", "reason": reason, "output": tail()}
+                            yield {
+                                "event": "exit",
+                                "reason": reason,
+                                "output": tail(),
+                                "code": code,
+                            }
                         return
                     try:
                         event = json.loads(line)
