@@ -123,26 +123,19 @@ REGISTRY: dict[str, KernelSpec] = {
             probe=_any_device,
             source_files=("sdpa.py",),
         ),
-        KernelSpec(
-            name="sdpa_flash",
-            description="torch SDPA, FlashAttention backend only",
-            loader=_from_module("kernels.sdpa", "sdpa_flash"),
-            probe=_sdpa_backend_probe("flash"),
-            source_files=("sdpa.py",),
-        ),
-        KernelSpec(
-            name="sdpa_efficient",
-            description="torch SDPA, memory-efficient backend only",
-            loader=_from_module("kernels.sdpa", "sdpa_efficient"),
-            probe=_sdpa_backend_probe("efficient"),
-            source_files=("sdpa.py",),
-        ),
-        KernelSpec(
-            name="sdpa_cudnn",
-            description="torch SDPA, cuDNN backend only",
-            loader=_from_module("kernels.sdpa", "sdpa_cudnn"),
-            probe=_sdpa_backend_probe("cudnn"),
-            source_files=("sdpa.py",),
+        *(
+            KernelSpec(
+                name=f"sdpa_{backend}",
+                description=f"torch SDPA, {label} backend only",
+                loader=_from_module("kernels.sdpa", f"sdpa_{backend}"),
+                probe=_sdpa_backend_probe(backend),
+                source_files=("sdpa.py",),
+            )
+            for backend, label in (
+                ("flash", "FlashAttention"),
+                ("efficient", "memory-efficient"),
+                ("cudnn", "cuDNN"),
+            )
         ),
         KernelSpec(
             name="triton_flash",
