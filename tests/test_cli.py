@@ -282,3 +282,51 @@ def test_compare_against_git_ref(tmp_path):
     assert doc["cases"][0]["verdict"] == "regression"
     assert doc["baseline"] == "HEAD"
     assert not _git(repo, "worktree", "list").strip().count("\n")  # worktree removed
+
+
+def test_ctrl_c_leaves_nothing_half_written_and_no_worker(tmp_path):
+    """SIGINT mid-run: exit 130, no results file, the hung worker is gone, rerun works."""
+    import shutil
+    import signal
+    import time
+
+    if shutil.which("pgrep") is None:
+        pytest.skip("pgrep (procps) is needed to look for leftover workers")
+    suite = suite_file(tmp_path, ["fault_hang"], timeout=600)
+    out = tmp_path / "r.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "guard",
+        "run",
+        "--suite",
+        str(suite),
+        "-q",
+        "--out",
+        str(out),
+        *FAULTS,
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    marker = "guard.worker"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until the worker is up (and hanging)
+        ps = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+        if ps.strip():
+            break
+        time.sleep(0.5)
+    time.sleep(3)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    time.sleep(1)
+    leftover = subprocess.run(["pgrep", "-f", f"{marker}"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == "", "a worker outlived the interrupted guard"
+    # A rerun starts cleanly.
+    ok_suite = suite_file(tmp_path, ["reference"])
+    assert main(["run", "--suite", str(ok_suite), "-q", "--out", str(out)]) == 0
+    assert results.load(out).cases[0].status == "ok"
