@@ -115,13 +115,18 @@ def check(
 
 
 def run(
-    suite: Suite, opts: MeasureOptions = MeasureOptions(), progress: ProgressFn = _noop
+    suite: Suite,
+    opts: MeasureOptions = MeasureOptions(),
+    progress: ProgressFn = _noop,
+    *,
+    full: bool = False,
 ) -> RunResult:
-    """Correctness, then timing rounds."""
+    """Correctness, then timing rounds (``full``: ``max_rounds`` of them, as a baseline
+    needs: a stored baseline cannot be extended later, the candidate can)."""
     session = _session(suite, opts, progress)
     session.check()
-    rounds, _ = _plan_rounds(session, opts)
-    session.time(rounds)
+    rounds, max_rounds = _plan_rounds(session, opts)
+    session.time(max_rounds if full and not opts.rounds else rounds)
     return session.results()["candidate"]
 
 
@@ -279,7 +284,7 @@ def refresh_baseline(
     allow_cpu: bool = False,
 ) -> RefreshOutcome:
     """Measure the suite here and rewrite ``<directory>/<gpu>.json`` atomically."""
-    measured = run(suite, opts, progress)
+    measured = run(suite, opts, progress, full=True)
     if measured.environment.device != "cuda" and not allow_cpu:
         raise InfraError(
             "baseline refresh needs a GPU: "
