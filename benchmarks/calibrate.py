@@ -225,7 +225,12 @@ def analyze(args) -> int:
     arms = [a for a in ARMS if a != "base"]
     rng = np.random.default_rng(args.seed)
     checks = cal.make_checks(
-        len(rounds), args.rounds, args.max_rounds - args.rounds, args.checks, rng
+        len(rounds),
+        args.rounds,
+        args.max_rounds - args.rounds,
+        args.checks,
+        rng,
+        baseline_rounds=args.baseline_rounds or None,
     )
     rules = {f"guard (min_effect {m * 100:g}%)": cal.rule_guard(m) for m in args.min_effect}
     rules.update(
@@ -247,6 +252,7 @@ def analyze(args) -> int:
         "n_pools": len(docs),
         "checks": args.checks,
         "rounds_per_arm": args.rounds,
+        "baseline_rounds": args.baseline_rounds,
         "max_rounds": args.max_rounds,
         "noise": noise,
         "rules": [{"rule": r.rule, "false_alarm": r.false_alarm, "power": r.power} for r in rates],
@@ -289,6 +295,12 @@ def main() -> int:
     a.add_argument("--rounds", type=int, default=6)
     a.add_argument("--max-rounds", type=int, default=12)
     a.add_argument("--checks", type=int, default=100)
+    a.add_argument(
+        "--baseline-rounds",
+        type=int,
+        default=20,
+        help="rounds of the stored baseline (0: a live comparison, both arms grow)",
+    )
     a.add_argument("--min-effect", type=float, nargs="+", default=[0.005, 0.01, 0.02])
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--json")

@@ -21,6 +21,7 @@ Rules compared on the same samples:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -71,12 +72,15 @@ def rule_guard(min_effect: float, alpha: float = 0.01, step: int = 2) -> Callabl
                     n_resamples=500,
                 )
                 verdict = stats.classify(iv, min_effect)
-                if verdict is not stats.Verdict.INCONCLUSIVE or not rb or not rc:
+                if verdict is not stats.Verdict.INCONCLUSIVE or not rc:
                     break
-                take = min(step, len(rb), len(rc))
-                nb += rb[:take]
+                # Only the candidate grows when the baseline is stored (no reserve_b).
+                take = min(step, len(rc))
                 nc += rc[:take]
-                rb, rc = rb[take:], rc[take:]
+                rc = rc[take:]
+                if rb:
+                    nb += rb[:take]
+                    rb = rb[take:]
             out[w] = verdict is stats.Verdict.REGRESSION
         return out
 
@@ -132,19 +136,35 @@ def rule_criterion(rounds, check, workloads, arm, rng) -> dict[str, bool]:
 
 
 def make_checks(
-    n_rounds: int, per_arm: int, reserve: int, n_checks: int, rng: np.random.Generator
+    n_rounds: int,
+    per_arm: int,
+    reserve: int,
+    n_checks: int,
+    rng: np.random.Generator,
+    baseline_rounds: int | None = None,
 ) -> list[Check]:
-    """Random disjoint-within-a-check draws of rounds (checks may share rounds)."""
-    need = 2 * (per_arm + reserve)
+    """Random draws of rounds, disjoint within a check (checks may share rounds).
+
+    ``baseline_rounds`` set: a stored baseline of that many rounds, fixed, against a
+    candidate of ``per_arm`` rounds that may grow by ``reserve`` (a PR check against
+    ``baselines/``). Unset: both arms start at ``per_arm`` and both may grow (a live
+    comparison, ``guard compare --against``).
+    """
+    if baseline_rounds is None:
+        sizes = (per_arm, per_arm, reserve, reserve)
+    else:
+        sizes = (baseline_rounds, per_arm, 0, reserve)
+    need = sum(sizes)
     if n_rounds < need:
         raise ValueError(f"a check needs {need} rounds; the pool has {n_rounds}")
     checks = []
     for _ in range(n_checks):
         perm = rng.permutation(n_rounds)
-        b, c = perm[:per_arm], perm[per_arm : 2 * per_arm]
-        rb = perm[2 * per_arm : 2 * per_arm + reserve]
-        rc = perm[2 * per_arm + reserve : need]
-        checks.append(Check(*(tuple(int(x) for x in part) for part in (b, c, rb, rc))))
+        edges = np.cumsum((0, *sizes))
+        parts = [tuple(int(x) for x in perm[a:b]) for a, b in itertools.pairwise(edges)]
+        checks.append(
+            Check(baseline=parts[0], candidate=parts[1], reserve_b=parts[2], reserve_c=parts[3])
+        )
     return checks
 
 
