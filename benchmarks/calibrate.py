@@ -269,6 +269,15 @@ def analyze(args) -> int:
             f"noise {w:28} between {between:.2%} within {within:.2%} "
             f"between/control {normalized:.2%}"
         )
+    if args.coverage:
+        # Does the interval (6 rounds each side, the per-case level) hold the pool's
+        # own ratio? At a nominal 90% a level that is too narrow shows up at once.
+        cov_checks = cal.make_checks(len(rounds), args.rounds, 0, args.coverage, rng)
+        summary["coverage_at_90"] = {
+            arm: cal.coverage(rounds, workloads, arm, cov_checks, 0.90, seed=args.seed)
+            for arm in ("plus2", "plus5")
+        }
+        print(f"interval coverage at a nominal 90%: {summary['coverage_at_90']}")
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
     return 0
@@ -303,6 +312,13 @@ def main() -> int:
     )
     a.add_argument("--min-effect", type=float, nargs="+", default=[0.005, 0.01, 0.02])
     a.add_argument("--seed", type=int, default=0)
+    a.add_argument(
+        "--coverage",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure interval coverage over N checks",
+    )
     a.add_argument("--json")
     args = parser.parse_args()
     if args.cmd == "collect":

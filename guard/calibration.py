@@ -168,18 +168,6 @@ def make_checks(
     return checks
 
 
-def disjoint_checks(n_rounds: int, per_arm: int) -> list[Check]:
-    """Checks that share no round at all (independent, and few)."""
-    n = n_rounds // (2 * per_arm)
-    return [
-        Check(
-            tuple(range(2 * i * per_arm, (2 * i + 1) * per_arm)),
-            tuple(range((2 * i + 1) * per_arm, (2 * i + 2) * per_arm)),
-        )
-        for i in range(n)
-    ]
-
-
 @dataclass(frozen=True)
 class RuleRates:
     rule: str

@@ -23,7 +23,7 @@ import os
 import platform
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -597,7 +597,3 @@ def loads(text: str, source: str) -> RunResult:
     except RecursionError:
         raise BadInput(f"{source}: JSON nested too deeply") from None
     return from_json(data, source)
-
-
-def with_label(run: RunResult, label: str) -> RunResult:
-    return replace(run, label=label)

@@ -37,7 +37,6 @@ from guard.results import (
     TIMEOUT,
     CaseResult,
     Correctness,
-    Environment,
     RoundInfo,
     RunResult,
     now_iso,
@@ -440,7 +439,3 @@ def _kill(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)
-
-
-def merge_environment(results: dict[str, RunResult]) -> Environment:
-    return next(iter(results.values())).environment

@@ -88,14 +88,6 @@ def pooled(rounds: Rounds) -> np.ndarray:
     return np.concatenate([np.asarray(r, dtype=float) for r in rounds]) if rounds else np.empty(0)
 
 
-def validate_samples(rounds: Rounds) -> None:
-    """Raise ValueError unless every sample is a finite, positive time."""
-    for i, r in enumerate(rounds):
-        arr = np.asarray(r, dtype=float)
-        if arr.size and (not np.all(np.isfinite(arr)) or np.any(arr <= 0)):
-            raise ValueError(f"round {i} holds a non-finite or non-positive time")
-
-
 TRIM = 0.2  # share of rounds cut from each end before averaging
 
 
@@ -224,11 +216,3 @@ def summary(values: Sequence[float]) -> dict[str, float]:
         "total": float(arr.sum()),
         "iterations": 1,
     }
-
-
-def cv(values: Sequence[float]) -> float:
-    """Coefficient of variation (stddev / mean)."""
-    arr = np.asarray(values, dtype=float)
-    if arr.size < 2 or arr.mean() == 0:
-        return 0.0
-    return float(arr.std(ddof=1) / arr.mean())

@@ -169,9 +169,6 @@ class Suite:
         text = json.dumps(payload, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def tolerance(self, dtype: str) -> Tolerance:
-        return self.tolerances.get(dtype, Tolerance())
-
     def select(self, kernels: list[str] | None = None, names: list[str] | None = None) -> Suite:
         """The cases whose kernel and workload name are among those given."""
         cases = self.cases

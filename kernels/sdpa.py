@@ -43,7 +43,6 @@ def _pinned(backend: str):
 sdpa_flash = _pinned("flash")
 sdpa_efficient = _pinned("efficient")
 sdpa_cudnn = _pinned("cudnn")
-sdpa_math = _pinned("math")
 
 
 @functools.cache

@@ -117,11 +117,3 @@ def test_summary_matches_numpy():
     assert s["median"] == pytest.approx(2.5)
     assert s["min"] == 1.0 and s["max"] == 10.0 and s["rounds"] == 4
     assert s["iqr_outliers"] == 1  # 10 lies past q3 + 1.5 iqr
-
-
-def test_validate_samples_rejects_bad_times():
-    with pytest.raises(ValueError):
-        stats.validate_samples([[1.0, float("nan")]])
-    with pytest.raises(ValueError):
-        stats.validate_samples([[1.0], [0.0]])
-    stats.validate_samples([[1.0, 2.0]])
