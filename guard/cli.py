@@ -233,27 +233,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
             results.save(comparison.candidate, args.out or DEFAULT_OUT)
             cli_report.append_history(args, comparison.candidate)
             return _render_comparison(args, comparison)
-        from guard import env as guard_env
-
-        device, _ = guard_env.pick_device(args.device)
-        slug = guard_env.collect(device).gpu_slug if not args.baseline else ""
-        baseline, missing = None, ""
         if args.baseline:
-            baseline = core.load_results(args.baseline)
+            baseline, missing = core.load_results(args.baseline), ""
         else:
-            rel = core.baseline_path(args.baselines, slug)
-            if args.baseline_ref:
-                baseline = core.load_baseline_at_ref(args.baseline_ref, rel)
-                where = f"{rel} at {args.baseline_ref}"
-            else:
-                baseline = core.load_results(rel) if rel.exists() else None
-                where = str(rel)
-            if baseline is None:
-                missing = (
-                    f"no baseline for this hardware ({where} does not exist). Record one on "
-                    "this GPU with `guard baseline refresh` (or the baseline-refresh workflow), "
-                    "or compare two commits here with `guard compare --against REF`."
-                )
+            baseline, missing = core.find_baseline(args.baselines, args.device, args.baseline_ref)
         outcome = core.compare_with_baseline(
             suite,
             baseline,

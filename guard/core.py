@@ -155,6 +155,26 @@ def load_baseline_at_ref(ref: str, relpath: str | Path, repo: str | Path = ".") 
     return results.loads(proc.stdout, spec)
 
 
+def find_baseline(
+    directory: str | Path, device: str = "auto", ref: str | None = None
+) -> tuple[RunResult | None, str]:
+    """This machine's baseline from ``directory`` (as committed at ``ref`` when given),
+    or None and the reason there is none."""
+    dev, _ = guard_env.pick_device(device)
+    rel = baseline_path(directory, guard_env.device_slug(dev))
+    if ref:
+        baseline, where = load_baseline_at_ref(ref, rel), f"{rel} at {ref}"
+    else:
+        baseline, where = (results.load(rel) if rel.exists() else None), str(rel)
+    if baseline is not None:
+        return baseline, ""
+    return None, (
+        f"no baseline for this hardware ({where} does not exist). Record one on this GPU "
+        "with `guard baseline refresh` (or the baseline-refresh workflow), or compare two "
+        "commits here with `guard compare --against REF`."
+    )
+
+
 def _sequential(session: Session, baseline_of, opts: MeasureOptions, alpha: float) -> Comparison:
     """Measure the planned rounds, then more rounds while gated cases stay inconclusive."""
     rounds, max_rounds = _plan_rounds(session, opts)

@@ -112,6 +112,23 @@ def git_info(root: str | Path = ".") -> tuple[str, bool, str]:
     return commit, dirty, branch
 
 
+def device_name(device: str) -> str:
+    """The GPU's name (or the CPU's), which names its baseline file through ``slug``."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    return f"CPU ({platform.machine() or 'cpu'})"
+
+
+def device_slug(device: str) -> str:
+    return (
+        slug(device_name(device))
+        if device == "cuda"
+        else slug(f"cpu-{platform.machine() or 'cpu'}")
+    )
+
+
 def collect(device: str, cpu_fallback_reason: str = "", root: str | Path = ".") -> Environment:
     """Describe this machine. Imports torch (and triton when present)."""
     import torch
@@ -134,20 +151,20 @@ def collect(device: str, cpu_fallback_reason: str = "", root: str | Path = ".") 
         "cpu_fallback_reason": cpu_fallback_reason,
     }
     if device == "cuda":
-        name = torch.cuda.get_device_name(0)
         row = _smi("driver_version,clocks.max.sm,clocks.max.mem") or []
         return Environment(
             device="cuda",
-            gpu_name=name,
-            gpu_slug=slug(name),
+            gpu_name=device_name(device),
+            gpu_slug=device_slug(device),
             driver=row[0] if row else "",
             cuda=torch.version.cuda or "",
             sm_clock_max_mhz=_num(row[1]) if len(row) > 1 else None,
             mem_clock_max_mhz=_num(row[2]) if len(row) > 2 else None,
             **common,
         )
-    cpu = platform.machine() or "cpu"
-    return Environment(device="cpu", gpu_name=f"CPU ({cpu})", gpu_slug=slug(f"cpu-{cpu}"), **common)
+    return Environment(
+        device="cpu", gpu_name=device_name(device), gpu_slug=device_slug(device), **common
+    )
 
 
 def pick_device(requested: str = "auto") -> tuple[str, str]:
