@@ -37,6 +37,7 @@ from guard.results import (
     TIMEOUT,
     CaseResult,
     Correctness,
+    Environment,
     RoundInfo,
     RunResult,
     now_iso,
@@ -150,6 +151,8 @@ class Session:
         self.round_infos: dict[str, list[RoundInfo]] = {a.name: [] for a in self.arms}
         self.rounds_done = 0
         self.environment = guard_env.collect(device, cpu_fallback_reason)
+        # Each arm's machine record, with its own commit (git asked once, not per step).
+        self.arm_environments = {a.name: self._arm_environment(a) for a in self.arms}
 
     # ------------------------------------------------------------------ phases
 
@@ -180,16 +183,21 @@ class Session:
                 random.Random(self.seed + r).shuffle(order)
                 self._round(arm, "time", order, r, total)
 
+    def _arm_environment(self, arm: Arm) -> Environment:
+        if not arm.kernels_root:
+            return self.environment
+        commit, dirty, branch = guard_env.git_info(arm.kernels_root)
+        return replace(
+            self.environment, commit=commit, commit_dirty=dirty, branch=arm.label or branch
+        )
+
     def results(self) -> dict[str, RunResult]:
         notes = []
         if self.cpu_fallback_reason:
             notes.append(f"ran on the CPU: {self.cpu_fallback_reason}")
         out = {}
         for arm in self.arms:
-            env = self.environment
-            if arm.kernels_root:
-                commit, dirty, branch = guard_env.git_info(arm.kernels_root)
-                env = replace(env, commit=commit, commit_dirty=dirty, branch=arm.label or branch)
+            env = self.arm_environments[arm.name]
             out[arm.name] = RunResult(
                 schema_version=SCHEMA_VERSION,
                 created=now_iso(),

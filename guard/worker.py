@@ -82,6 +82,7 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
     _emit(proto, event="hello", pid=os.getpid(), gpu_state=guard_env.gpu_state())
 
     loaded: dict[str, Any] = {}
+    hashes: dict[str, str] = {}
     prepared: list[tuple[Case, measure.Prepared]] = []
     for raw in job["cases"]:
         case = Case.from_json(raw)
@@ -100,6 +101,7 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
         if case.kernel not in loaded:
             try:
                 loaded[case.kernel] = spec.loader()
+                hashes[case.kernel] = spec.source_hash()  # read its sources once
             except Exception as exc:
                 _emit(
                     proto,
@@ -130,7 +132,7 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
                     status=OK if result.passed else WRONG,
                     reason=result.message,
                     correctness=result.__dict__,
-                    kernel_hash=spec.source_hash(),
+                    kernel_hash=hashes[case.kernel],
                 )
             else:
                 prepared.append((case, measure.Prepared(fn, case, plan, seed, device)))
