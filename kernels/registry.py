@@ -14,10 +14,13 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 KernelFn = Callable[..., torch.Tensor]
+# (a suite case's params(), arch like "sm_90") -> resource records (see KernelSpec).
+ResourcesFn = Callable[[dict[str, Any], str], list[dict[str, Any]]]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -29,6 +32,11 @@ class KernelSpec:
     ``loader`` returns the callable (imports, builds) and may raise; ``probe`` returns
     a reason the kernel cannot run on ``device`` here, or None when it can.
     ``accepts_out``: the callable takes ``out=`` (the guard then poisons that buffer).
+    ``resources``: compiles the kernel for a workload and a GPU arch without a GPU and
+    returns one record per compiled kernel (the JSON form of
+    ``guard.resources.KernelResources``: registers, spills, shared memory, warps,
+    stages, grid, config, path); raises ``kernels.ptxas.ResourcesUnavailable`` when it
+    cannot here. None: the kernel has no such report (torch's own kernels).
     """
 
     name: str
@@ -37,6 +45,7 @@ class KernelSpec:
     probe: Callable[[str], str | None]
     source_files: tuple[str, ...] = ()
     accepts_out: bool = False
+    resources: ResourcesFn | None = None
 
     def source_hash(self) -> str:
         """Hash of the kernel's own source files (part of the comparability record)."""
@@ -58,6 +67,13 @@ def _from_module(module: str, attr: str) -> Callable[[], KernelFn]:
         return getattr(importlib.import_module(module), attr)
 
     return load
+
+
+def _resources_from(module: str, attr: str = "resources") -> ResourcesFn:
+    def resources(params: dict[str, Any], arch: str) -> list[dict[str, Any]]:
+        return getattr(importlib.import_module(module), attr)(params, arch)
+
+    return resources
 
 
 def _needs_cuda(device: str) -> str | None:
@@ -144,6 +160,7 @@ REGISTRY: dict[str, KernelSpec] = {
             probe=_triton_probe,
             source_files=("triton_flash_fwd.py",),
             accepts_out=True,
+            resources=_resources_from("kernels.triton_flash_resources"),
         ),
         KernelSpec(
             name="cuda_flash",
@@ -152,6 +169,7 @@ REGISTRY: dict[str, KernelSpec] = {
             probe=_cuda_ext_probe,
             source_files=("cuda_flash.py", "csrc"),
             accepts_out=False,
+            resources=_resources_from("kernels.cuda_flash_resources"),
         ),
     )
 }

@@ -1,0 +1,529 @@
+"""Compiler resources per case: what the compiler made of each kernel, for each GPU arch.
+
+"Why did this case get slower?" often has a compile-time answer: more registers per
+thread (fewer blocks per SM), spills to local memory, more shared memory, another
+config or code path. A kernel in the registry with a ``resources`` hook
+(``kernels/registry.py``) compiles itself for a workload and an arch (``"sm_90"``,
+``"sm_89"``) without a GPU and returns records; this module holds them as
+``KernelResources``, collects them for a suite (``collect_resources``), and lists what
+changed between two trees (``diff``, ``diff_cases``).
+
+Compiling replaces process-wide triton state (its active driver), so collection runs in
+a child process: ``collect_in_tree`` starts ``python -m guard.resources`` with this
+guard's code and the given tree's kernels (as ``guard.worker`` does for an arm), under a
+timeout, and reads back the JSON it writes (``ResourceReport``, schema below).
+
+Report file format (``schema_version``):
+  1: first version: arches, tree, elapsed_s, cases {case id: [record]},
+     skipped {case id: {arch: reason}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from guard.errors import BadInput, ExitCode, GuardError, InfraError
+
+if TYPE_CHECKING:
+    from guard.suite import Suite
+
+SCHEMA_VERSION = 1
+GUARD_ROOT = Path(__file__).resolve().parent.parent
+_ARCH = re.compile(r"sm_\d+a?")
+_REASON_CHARS = 600
+
+ConfigValue = int | str
+
+
+# ------------------------------------------------------------------------ validation
+
+
+def _where(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
+
+
+def _int(value: Any, where: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise BadInput(f"{where}: must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _str(value: Any, where: str, *, empty: bool = True) -> str:
+    if not isinstance(value, str) or (not empty and not value):
+        raise BadInput(f"{where}: must be a{'' if empty else ' non-empty'} string, got {value!r}")
+    return value
+
+
+def _arch(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not _ARCH.fullmatch(value):
+        raise BadInput(f"{where}: must be an arch like 'sm_90', got {value!r}")
+    return value
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise BadInput(f"{where}: must be a mapping, got {type(value).__name__}")
+    return value
+
+
+# ------------------------------------------------------------------------ data
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    """What the compiler made of one kernel for one arch, as launched for one case.
+
+    ``registers`` per thread; spills and stack in bytes per thread; ``shared_bytes``
+    per block (static + dynamic); ``num_warps`` as compiled (under warp specialization,
+    all warp groups); ``grid`` the launch grid; ``config`` what the launcher chose
+    (tile sizes, where the choice came from); ``path`` the code path ("pointer",
+    "tma_ws", "mma_sync"); ``toolchain`` the compilers that produced it.
+    """
+
+    arch: str
+    kernel: str
+    registers: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    shared_bytes: int
+    num_warps: int
+    num_stages: int
+    grid: tuple[int, ...]
+    config: Mapping[str, ConfigValue] = field(default_factory=dict)
+    path: str = ""
+    stack_bytes: int = 0
+    toolchain: str = ""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.arch, self.kernel)
+
+    @property
+    def spill_bytes(self) -> int:
+        return self.spill_store_bytes + self.spill_load_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "arch": self.arch,
+            "kernel": self.kernel,
+            "registers": self.registers,
+            "spill_store_bytes": self.spill_store_bytes,
+            "spill_load_bytes": self.spill_load_bytes,
+            "stack_bytes": self.stack_bytes,
+            "shared_bytes": self.shared_bytes,
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+            "grid": list(self.grid),
+            "config": dict(self.config),
+            "path": self.path,
+            "toolchain": self.toolchain,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "resources") -> KernelResources:
+        """Validate and build; BadInput naming the field (``where.field``) at fault."""
+        data = _mapping(data, where or "resources")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise BadInput(f"{_where(where, unknown[0])}: unknown field")
+        required = ("arch", "kernel", "registers", "spill_store_bytes", "spill_load_bytes",
+                    "shared_bytes", "num_warps", "num_stages", "grid")  # fmt: skip
+        for name in required:
+            if name not in data:
+                raise BadInput(f"{_where(where, name)}: missing")
+        grid = data["grid"]
+        if not isinstance(grid, (list, tuple)) or not 1 <= len(grid) <= 3:
+            raise BadInput(f"{_where(where, 'grid')}: must be a list of 1 to 3 integers")
+        config = _mapping(data.get("config", {}), _where(where, "config"))
+        checked: dict[str, ConfigValue] = {}
+        for key, value in config.items():
+            at = _where(where, f"config.{key}")
+            _str(key, at, empty=False)
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                raise BadInput(f"{at}: must be an integer or a string, got {value!r}")
+            checked[key] = value
+        return cls(
+            arch=_arch(data["arch"], _where(where, "arch")),
+            kernel=_str(data["kernel"], _where(where, "kernel"), empty=False),
+            registers=_int(data["registers"], _where(where, "registers")),
+            spill_store_bytes=_int(data["spill_store_bytes"], _where(where, "spill_store_bytes")),
+            spill_load_bytes=_int(data["spill_load_bytes"], _where(where, "spill_load_bytes")),
+            shared_bytes=_int(data["shared_bytes"], _where(where, "shared_bytes")),
+            num_warps=_int(data["num_warps"], _where(where, "num_warps"), minimum=1),
+            num_stages=_int(data["num_stages"], _where(where, "num_stages")),
+            grid=tuple(_int(n, _where(where, f"grid[{i}]")) for i, n in enumerate(grid)),
+            config=checked,
+            path=_str(data.get("path", ""), _where(where, "path")),
+            stack_bytes=_int(data.get("stack_bytes", 0), _where(where, "stack_bytes")),
+            toolchain=_str(data.get("toolchain", ""), _where(where, "toolchain")),
+        )
+
+
+@dataclass(frozen=True)
+class ResourceChange:
+    """One difference between a case's base and head records, e.g. "registers 168 -> 190".
+
+    ``what`` is a field name ("registers", "config.BLOCK_M", ...), or "kernel" for a
+    kernel added (base None), removed (head None) or renamed.
+    """
+
+    arch: str
+    kernel: str
+    what: str
+    base: Any
+    head: Any
+
+    @property
+    def delta(self) -> int | None:
+        """head - base for numeric fields, else None."""
+        numbers = all(
+            isinstance(v, int) and not isinstance(v, bool) for v in (self.base, self.head)
+        )
+        return self.head - self.base if numbers else None
+
+    def __str__(self) -> str:
+        def show(value: Any) -> str:
+            if value is None:
+                return "(none)"
+            if isinstance(value, tuple):
+                return "x".join(str(n) for n in value)
+            return str(value)
+
+        if self.what == "kernel" and self.base is None:
+            return f"{self.arch} {self.kernel}: added"
+        if self.what == "kernel" and self.head is None:
+            return f"{self.arch} {self.kernel}: removed"
+        return f"{self.arch} {self.kernel}: {self.what} {show(self.base)} -> {show(self.head)}"
+
+    def to_json(self) -> dict[str, Any]:
+        def plain(value: Any) -> Any:
+            return list(value) if isinstance(value, tuple) else value
+
+        return {
+            "arch": self.arch,
+            "kernel": self.kernel,
+            "what": self.what,
+            "base": plain(self.base),
+            "head": plain(self.head),
+            "text": str(self),
+        }
+
+
+# Compared in this order: what the launcher chose, then what the compiler made of it.
+_FIELDS = ("path", "num_warps", "num_stages", "registers", "spill_store_bytes",
+           "spill_load_bytes", "stack_bytes", "shared_bytes", "grid", "toolchain")  # fmt: skip
+
+
+def _record_changes(base: KernelResources, head: KernelResources) -> list[ResourceChange]:
+    arch, kernel = head.arch, head.kernel
+    changes: list[ResourceChange] = []
+    if base.kernel != head.kernel:
+        changes.append(ResourceChange(arch, kernel, "kernel", base.kernel, head.kernel))
+    if base.path != head.path:
+        changes.append(ResourceChange(arch, kernel, "path", base.path, head.path))
+    for key in sorted(set(base.config) | set(head.config)):
+        old, new = base.config.get(key), head.config.get(key)
+        if old != new:
+            changes.append(ResourceChange(arch, kernel, f"config.{key}", old, new))
+    for name in _FIELDS[1:]:
+        old, new = getattr(base, name), getattr(head, name)
+        if old != new:
+            changes.append(ResourceChange(arch, kernel, name, old, new))
+    return changes
+
+
+def diff(base: Sequence[KernelResources], head: Sequence[KernelResources]) -> list[ResourceChange]:
+    """What changed between one case's base and head records, per arch and kernel.
+
+    Records pair up by (arch, kernel); within an arch, a single unpaired record on each
+    side is taken as the same kernel renamed. Empty when nothing changed.
+    """
+    changes: list[ResourceChange] = []
+    arches = list(dict.fromkeys([r.arch for r in base] + [r.arch for r in head]))
+    for arch in arches:
+        old = {r.kernel: r for r in base if r.arch == arch}
+        new = {r.kernel: r for r in head if r.arch == arch}
+        for name in [n for n in new if n in old]:
+            changes += _record_changes(old[name], new[name])
+        gone = [r for n, r in old.items() if n not in new]
+        added = [r for n, r in new.items() if n not in old]
+        if len(gone) == 1 and len(added) == 1:
+            changes += _record_changes(gone[0], added[0])
+            continue
+        changes += [ResourceChange(arch, r.kernel, "kernel", r.kernel, None) for r in gone]
+        changes += [ResourceChange(arch, r.kernel, "kernel", None, r.kernel) for r in added]
+    return changes
+
+
+def diff_cases(
+    base: Mapping[str, Sequence[KernelResources]], head: Mapping[str, Sequence[KernelResources]]
+) -> dict[str, list[ResourceChange]]:
+    """``diff`` for every case present on both sides that changed."""
+    out: dict[str, list[ResourceChange]] = {}
+    for case_id in head:
+        if case_id in base and (changes := diff(base[case_id], head[case_id])):
+            out[case_id] = changes
+    return out
+
+
+@dataclass(frozen=True)
+class ResourceReport:
+    """The records of a suite's cases for some arches, and why some are missing.
+
+    ``cases`` has every case whose kernel has a resources hook (a case with no record
+    for an arch has a reason in ``skipped[case id][arch]``); kernels without a hook
+    (torch's own) are absent.
+    """
+
+    arches: tuple[str, ...]
+    cases: Mapping[str, tuple[KernelResources, ...]]
+    skipped: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    tree: str = ""
+    elapsed_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "arches": list(self.arches),
+            "tree": self.tree,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "cases": {cid: [r.to_json() for r in recs] for cid, recs in self.cases.items()},
+            "skipped": {cid: dict(reasons) for cid, reasons in self.skipped.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "resources") -> ResourceReport:
+        data = _mapping(data, source)
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            newer = isinstance(version, int) and version > SCHEMA_VERSION
+            raise BadInput(
+                f"{source}: schema_version: expected {SCHEMA_VERSION}, got {version!r}"
+                + (" (written by a newer guard)" if newer else "")
+            )
+        arches = data.get("arches")
+        if not isinstance(arches, list):
+            raise BadInput(f"{source}: arches: must be a list")
+        elapsed = data.get("elapsed_s", 0.0)
+        if isinstance(elapsed, bool) or not isinstance(elapsed, (int, float)):
+            raise BadInput(f"{source}: elapsed_s: must be a number, got {elapsed!r}")
+        cases: dict[str, tuple[KernelResources, ...]] = {}
+        for cid, recs in _mapping(data.get("cases", {}), f"{source}: cases").items():
+            if not isinstance(recs, list):
+                raise BadInput(f"{source}: cases.{cid}: must be a list")
+            cases[cid] = tuple(
+                KernelResources.from_json(r, f"{source}: cases.{cid}[{i}]")
+                for i, r in enumerate(recs)
+            )
+        skipped: dict[str, dict[str, str]] = {}
+        for cid, reasons in _mapping(data.get("skipped", {}), f"{source}: skipped").items():
+            reasons = _mapping(reasons, f"{source}: skipped.{cid}")
+            skipped[cid] = {
+                _arch(a, f"{source}: skipped.{cid}"): _str(r, f"{source}: skipped.{cid}.{a}")
+                for a, r in reasons.items()
+            }
+        return cls(
+            arches=tuple(_arch(a, f"{source}: arches[{i}]") for i, a in enumerate(arches)),
+            cases=cases,
+            skipped=skipped,
+            tree=_str(data.get("tree", ""), f"{source}: tree"),
+            elapsed_s=float(elapsed),
+        )
+
+
+# ------------------------------------------------------------------------ collection
+
+
+def _reason(exc: BaseException) -> str:
+    if type(exc).__name__ == "ResourcesUnavailable":  # kernels.ptxas; duck-typed for old trees
+        text = str(exc)
+    else:
+        text = f"failed: {type(exc).__name__}: {exc}"
+    return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 3] + "..."
+
+
+def collect_resources(suite: Suite, arches: Sequence[str]) -> ResourceReport:
+    """Compile every case of ``suite`` whose kernel has a resources hook, for each arch.
+
+    Compiles in this process with the ``kernels`` package on ``sys.path`` and replaces
+    triton's active driver: call it in a process of its own (``collect_in_tree``). A
+    hook that cannot report (no nvcc, a compile error) costs only that (case, arch),
+    recorded in ``skipped``. BadInput for an arch that is not like "sm_90".
+    """
+    from kernels import registry
+
+    arches = tuple(_arch(a, "arch") for a in arches)
+    start = time.perf_counter()
+    cases: dict[str, tuple[KernelResources, ...]] = {}
+    skipped: dict[str, dict[str, str]] = {}
+    for case in suite.cases:
+        hook = getattr(registry.get(case.kernel), "resources", None)
+        if hook is None:
+            continue
+        records: list[KernelResources] = []
+        for arch in arches:
+            try:
+                raw = hook(case.params(), arch)
+                got = [
+                    KernelResources.from_json(r, f"{case.id} {arch} record {i}")
+                    for i, r in enumerate(raw)
+                ]
+                wrong = [r.arch for r in got if r.arch != arch]
+                if wrong:
+                    raise BadInput(f"{case.id}: asked for {arch}, the hook reported {wrong[0]}")
+            except Exception as exc:
+                skipped.setdefault(case.id, {})[arch] = _reason(exc)
+                continue
+            records += got
+        cases[case.id] = tuple(records)
+    return ResourceReport(
+        arches=arches,
+        cases=cases,
+        skipped=skipped,
+        tree=_kernels_root(),
+        elapsed_s=time.perf_counter() - start,
+    )
+
+
+def _kernels_root() -> str:
+    import kernels
+
+    return str(Path(kernels.__file__).resolve().parent.parent)
+
+
+def collect_in_tree(
+    tree: str | Path,
+    suite_path: str | Path,
+    arches: Sequence[str],
+    timeout_s: float = 900.0,
+    *,
+    kernels: Sequence[str] = (),
+    case_names: Sequence[str] = (),
+    python: str | None = None,
+) -> ResourceReport:
+    """``collect_resources`` in a child process over ``tree``'s kernels.
+
+    The child runs this guard's code (``python -m guard.resources``, as a worker does)
+    with ``tree`` first on ``sys.path``, so ``tree/kernels`` is what compiles and the
+    suite's kernel names are checked against that tree's registry. ``kernels`` and
+    ``case_names`` select cases (``Suite.select``). The child and everything it starts
+    (nvcc, ptxas) run in their own process group, killed at ``timeout_s``.
+
+    Raises InfraError when the child fails, times out or writes nothing, BadInput when
+    it rejected its input (the suite, an arch).
+    """
+    tree = Path(tree).resolve()
+    suite_path = Path(suite_path).resolve()
+    env = dict(os.environ)
+    env.pop("TRITON_INTERPRET", None)  # the kernels must compile, not interpret
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(GUARD_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    )
+    with tempfile.TemporaryDirectory(prefix="guard-resources-") as tmp:
+        out = Path(tmp) / "resources.json"
+        cmd = [python or sys.executable, "-m", "guard.resources", "--kernels-root", str(tree),
+               "--suite", str(suite_path), "--out", str(out), "--arch", *arches]  # fmt: skip
+        if kernels:
+            cmd += ["--kernels", *kernels]
+        if case_names:
+            cmd += ["--cases", *case_names]
+        with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as err:
+            try:
+                proc = subprocess.Popen(
+                    cmd,
+                    cwd=str(GUARD_ROOT),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=err,
+                    stderr=err,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise InfraError(f"cannot start the resources process ({exc})") from None
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise InfraError(
+                    f"compiling for resources in {tree} timed out after {timeout_s:g} s"
+                ) from None
+            finally:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+            err.seek(0)
+            output = err.read()[-4000:]
+        if rc == ExitCode.BAD_INPUT:
+            last = output.strip().splitlines()[-1] if output.strip() else "bad input"
+            raise BadInput(last.removeprefix("error: "))
+        if rc != 0 or not out.is_file():
+            raise InfraError(f"the resources process for {tree} failed (rc {rc}):\n{output}")
+        try:
+            data = json.loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise InfraError(f"the resources process wrote unreadable JSON ({exc})") from None
+    return ResourceReport.from_json(data, f"resources of {tree}")
+
+
+# ------------------------------------------------------------------------ child entry
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(
+        "w", encoding="utf-8", dir=path.parent, delete=False, suffix=".tmp"
+    ) as tmp:
+        tmp.write(text)
+    os.replace(tmp.name, path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m guard.resources``: the child process of ``collect_in_tree``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m guard.resources",
+        description="Compile a suite's kernels for GPU arches without a GPU and write "
+        "their compiler resources (registers, spills, shared memory, config) as JSON.",
+    )
+    parser.add_argument("--suite", required=True, help="suite YAML file")
+    parser.add_argument("--arch", nargs="+", default=["sm_90"], help="e.g. sm_90 sm_89")
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--kernels-root", help="a tree whose kernels/ to compile")
+    parser.add_argument("--kernels", nargs="*", default=None, help="only these kernels")
+    parser.add_argument("--cases", nargs="*", default=None, help="only these case names")
+    args = parser.parse_args(argv)
+    if args.kernels_root:
+        sys.path.insert(0, str(Path(args.kernels_root).resolve()))  # its kernels, this guard
+    try:
+        from guard.suite import load_suite
+
+        suite = load_suite(args.suite).select(args.kernels, args.cases)
+        report = collect_resources(suite, args.arch)
+        _write_atomic(Path(args.out), json.dumps(report.to_json(), indent=1) + "\n")
+    except GuardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+    except Exception:
+        traceback.print_exc()
+        return int(ExitCode.INFRA)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Compiler resources of the CUDA C++ FlashAttention forward for one workload and GPU arch.
+
+The registry's ``resources`` hook for ``cuda_flash``: ``resources(params, arch)``
+compiles ``csrc/flash_fwd.cu`` for ``arch`` with nvcc and ``-Xptxas -v``, with the
+flags and the ``-gencode`` the extension build uses (``cuda_flash.compile_kernel_object``,
+``cuda_flash.arch_flags``: sm_90 is built as sm_90a), and returns the record of the
+template instantiation a call on the workload launches (dtype, head_dim, causal).
+
+The compile covers every instantiation at once; its report is cached on disk under
+``kernels.ptxas.cache_dir()`` by the hash of the sources and flags
+(``cuda_flash.source_hash``) and the nvcc version, so each (source, arch) compiles
+once. Without nvcc the hook raises ``ResourcesUnavailable`` saying so.
+
+Shared memory is dynamic (``smem_bytes<HEAD_DIM>()`` in the .cu, not in ptxas's
+report); it and the tile shape are read from the source's ``TileConfig``
+specializations and computed as the launcher does (``dynamic_shared_bytes``).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kernels import cuda_flash
+from kernels.ptxas import (
+    PtxasEntry,
+    ResourcesUnavailable,
+    cached_text,
+    parse_arch,
+    parse_ptxas,
+    tool_version,
+)
+
+_COMPILE_TIMEOUT_S = 600.0
+_DTYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
+_INSTANCE = re.compile(r"flash_fwd_kernelI(\d+)(\w+?)Li(\d+)ELb([01])E")
+_TILE = re.compile(
+    r"struct\s+TileConfig<(\d+)>\s*\{\s*static\s+constexpr\s+int\s+kWarps\s*=\s*(\d+);"
+    r"\s*static\s+constexpr\s+int\s+kBlockN\s*=\s*(\d+);"
+)
+NUM_STAGES = 2  # K/V double buffering (load_kv into stage ^ 1), fixed in the .cu
+
+
+def capability_of(arch: str) -> tuple[int, int]:
+    capability = parse_arch(arch)
+    return divmod(capability, 10)
+
+
+def tile_configs(source: str) -> dict[int, tuple[int, int]]:
+    """head_dim -> (warps, BLOCK_N) from the ``TileConfig<HEAD_DIM>`` specializations."""
+    return {int(hd): (int(w), int(n)) for hd, w, n in _TILE.findall(source)}
+
+
+def dynamic_shared_bytes(head_dim: int, block_n: int) -> int:
+    """``smem_bytes<HEAD_DIM>()``: 2 stages x (K + V) x BLOCK_N x (HEAD_DIM + 8) x 2 B."""
+    return NUM_STAGES * 2 * block_n * (head_dim + 8) * 2
+
+
+def instantiation(symbol: str) -> tuple[str, int, bool] | None:
+    """(C++ element type, head_dim, causal) of a mangled ``flash_fwd_kernel<...>``."""
+    match = _INSTANCE.search(symbol)
+    if match is None:
+        return None
+    return match.group(2), int(match.group(3)), match.group(4) == "1"
+
+
+def ptxas_text(arch: str, *, nvcc: str | None = None) -> str:
+    """``nvcc -Xptxas -v`` output of the kernel TU for ``arch``, cached on disk."""
+    nvcc = nvcc or cuda_flash.find_nvcc()
+    if nvcc is None:
+        raise ResourcesUnavailable("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+    gencode = cuda_flash.arch_flags(capability_of(arch))[0]
+    version = tool_version(nvcc)
+    key = f"cuda_flash-{cuda_flash.source_hash((gencode, version))}-{arch}"
+
+    def compile_() -> str:
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = cuda_flash.compile_kernel_object(
+                gencode,
+                Path(tmp) / "flash_fwd.o",
+                extra_flags=("-Xptxas", "-v"),
+                nvcc=nvcc,
+                timeout=_COMPILE_TIMEOUT_S,
+            )
+        text = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            raise RuntimeError(f"nvcc failed for {arch} (rc {proc.returncode}):\n{text[-4000:]}")
+        return f"// nvcc {version} {gencode}\n{text}"
+
+    return cached_text(key, compile_)
+
+
+def records_from_report(
+    text: str, arch: str, params: Mapping[str, Any], source: str, toolchain: str = ""
+) -> list[dict[str, Any]]:
+    """The record of the instantiation ``params``'s workload launches, from a report."""
+    batch, heads, seq_q, head_dim = (int(n) for n in params["shape"])
+    dtype = str(params.get("dtype", "float16"))
+    causal = bool(params.get("causal", False))
+    element = _DTYPES.get(dtype)
+    if element is None:
+        raise ResourcesUnavailable(f"cuda_flash takes float16 or bfloat16, not {dtype}")
+    tiles = tile_configs(source)
+    if head_dim not in tiles:
+        raise ResourcesUnavailable(
+            f"cuda_flash has no TileConfig<{head_dim}> (head dims: {sorted(tiles)})"
+        )
+    warps, block_n = tiles[head_dim]
+    block_m = 16 * warps
+    wanted = (element, head_dim, causal)
+    found: list[PtxasEntry] = [e for e in parse_ptxas(text) if instantiation(e.symbol) == wanted]
+    if not found:
+        raise RuntimeError(
+            f"no ptxas entry for flash_fwd_kernel<{element}, {head_dim}, {causal}> in:\n"
+            f"{text[-2000:]}"
+        )
+    entry = found[0]
+    return [
+        {
+            "arch": arch,
+            "kernel": f"flash_fwd_kernel<{element}, {head_dim}, {str(causal).lower()}>",
+            "registers": entry.registers,
+            "spill_store_bytes": entry.spill_store_bytes,
+            "spill_load_bytes": entry.spill_load_bytes,
+            "stack_bytes": entry.stack_bytes,
+            "shared_bytes": entry.static_shared_bytes + dynamic_shared_bytes(head_dim, block_n),
+            "num_warps": warps,
+            "num_stages": NUM_STAGES,
+            "grid": [-(-seq_q // block_m), heads, batch],
+            "config": {"BLOCK_M": block_m, "BLOCK_N": block_n, "target": entry.target},
+            "path": "mma_sync",
+            "toolchain": toolchain,
+        }
+    ]
+
+
+def resources(params: Mapping[str, Any], arch: str) -> list[dict[str, Any]]:
+    """Resource records of the instantiation one call on ``params``'s workload runs.
+
+    ``params``: a suite case's ``params()``. Compiles (once per source and arch) with
+    nvcc; nothing runs on a GPU. ResourcesUnavailable without nvcc.
+    """
+    nvcc = cuda_flash.find_nvcc()
+    text = ptxas_text(arch, nvcc=nvcc)
+    toolchain = f"nvcc {tool_version(nvcc)}" if nvcc else ""
+    source = cuda_flash.KERNEL_SOURCE.read_text(encoding="utf-8")
+    return records_from_report(text, arch, params, source, toolchain)

@@ -1,0 +1,203 @@
+"""Compiler resource reports (``ptxas -v``) for a GPU architecture, with no GPU needed.
+
+What every resource hook of the registry shares (``KernelSpec.resources``): the
+architecture names the guard passes (``"sm_90"``, ``"sm_89"``), each part's shared
+memory per block, a parser for ``ptxas -v`` output, a ``ptxas`` run on PTX text
+cached on disk, and ``ResourcesUnavailable``, which a hook raises when it cannot
+compile here (no compiler, unsupported shape) and whose message the guard records.
+
+This module imports neither torch nor triton: the CUDA extension's hook uses it with
+nvcc alone. Triton's compile-only machinery is in ``kernels/triton_compile.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ResourcesUnavailable(RuntimeError):
+    """A resource report cannot be made here; the message says why (no nvcc, ...)."""
+
+
+# Opt-in shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin), by compute
+# capability: what the launchers' configs must fit on each part.
+MAX_SHARED_BYTES: dict[int, int] = {
+    80: 166912,  # A100: 163 KB
+    86: 101376,  # RTX 30xx, A10: 99 KB
+    87: 166912,  # Orin: 163 KB
+    89: 101376,  # L4, RTX 40xx: 99 KB
+    90: 232448,  # H100, H200: 227 KB
+    100: 232448,  # B200: 227 KB
+    120: 101376,  # RTX 50xx: 99 KB
+}
+
+_ARCH = re.compile(r"sm_(\d+)a?")
+
+
+def parse_arch(arch: str) -> int:
+    """``"sm_90"`` (or ``"sm_90a"``) -> 90; ValueError for anything else or unknown."""
+    match = _ARCH.fullmatch(arch) if isinstance(arch, str) else None
+    if match is None:
+        raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
+    capability = int(match.group(1))
+    if capability not in MAX_SHARED_BYTES:
+        known = ", ".join(f"sm_{c}" for c in sorted(MAX_SHARED_BYTES))
+        raise ValueError(f"unknown arch {arch!r} (known: {known})")
+    return capability
+
+
+@dataclass(frozen=True)
+class PtxasEntry:
+    """One entry function of a ``ptxas -v`` report."""
+
+    symbol: str
+    target: str  # what ptxas compiled for: "sm_90a", "sm_89"
+    registers: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    stack_bytes: int
+    static_shared_bytes: int  # "bytes smem": static only; dynamic smem is the launcher's
+    barriers: int
+
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+_PROPERTIES = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_USED = re.compile(r"Used (\d+) registers")
+_BARRIERS = re.compile(r"used (\d+) barriers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+
+
+def parse_ptxas(text: str) -> list[PtxasEntry]:
+    """The entry functions of ``ptxas -v`` (or ``nvcc -Xptxas -v``) output, in order.
+
+    Each entry is opened by "Compiling entry function 'X' for 'sm_..'", followed by a
+    "Function properties for X" block (stack frame, spills) and a "Used N registers"
+    line. Properties of non-entry device functions (a separate block naming another
+    function) are not attributed to the entry. An entry without a "Used" line is left
+    out (ptxas failed on it).
+    """
+    entries: list[PtxasEntry] = []
+    current: dict | None = None
+    properties_of: str | None = None
+
+    def close() -> None:
+        if current is not None and "registers" in current:
+            entries.append(PtxasEntry(**current))
+
+    for line in text.splitlines():
+        if match := _ENTRY.search(line):
+            close()
+            current = {
+                "symbol": match.group(1),
+                "target": match.group(2),
+                "spill_store_bytes": 0,
+                "spill_load_bytes": 0,
+                "stack_bytes": 0,
+                "static_shared_bytes": 0,
+                "barriers": 0,
+            }
+            properties_of = None
+        elif match := _PROPERTIES.search(line):
+            properties_of = match.group(1)
+        elif (match := _FRAME.search(line)) and current is not None:
+            if properties_of == current["symbol"]:
+                current["stack_bytes"] = int(match.group(1))
+                current["spill_store_bytes"] = int(match.group(2))
+                current["spill_load_bytes"] = int(match.group(3))
+        elif (match := _USED.search(line)) and current is not None:
+            current["registers"] = int(match.group(1))
+            if barriers := _BARRIERS.search(line):
+                current["barriers"] = int(barriers.group(1))
+            if smem := _SMEM.search(line):
+                current["static_shared_bytes"] = int(smem.group(1))
+    close()
+    return entries
+
+
+def cache_dir() -> Path:
+    """``$ATTN_GUARD_CACHE/resources``, else ``~/.cache/attn-guard/resources``."""
+    base = os.environ.get("ATTN_GUARD_CACHE")
+    root = Path(base) if base else Path.home() / ".cache" / "attn-guard"
+    return root / "resources"
+
+
+def cached_text(key: str, make) -> str:
+    """The text stored under ``key`` in ``cache_dir()``, else ``make()``'s, stored.
+
+    Written atomically (temp file + rename), so concurrent processes never read a
+    partial report; a cache that cannot be written is skipped, not an error.
+    """
+    path = cache_dir() / f"{key}.txt"
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        pass
+    text = make()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", encoding="utf-8", dir=path.parent, delete=False, suffix=".tmp"
+        ) as tmp:
+            tmp.write(text)
+        os.replace(tmp.name, path)
+    except OSError:
+        pass
+    return text
+
+
+@functools.cache
+def tool_version(exe: str) -> str:
+    """``V12.8.93`` from ``ptxas --version`` / ``nvcc --version``; "" when unreadable."""
+    try:
+        out = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=60, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    match = re.search(r"\bV(\d+(?:\.\d+)+)", out)
+    return match.group(1) if match else ""
+
+
+def ptxas_report(
+    ptx: str,
+    gpu_name: str,
+    ptxas: str,
+    *,
+    extra_flags: tuple[str, ...] = (),
+    timeout: float = 300.0,
+) -> str:
+    """``ptxas -v`` output for ``ptx`` compiled for ``gpu_name`` (``"sm_90a"``).
+
+    Cached on disk by the PTX, the flags and the ptxas version: a second report of an
+    unchanged kernel costs no compile. RuntimeError carrying the log when ptxas fails.
+    """
+    cmd_flags = ("-v", *extra_flags, f"--gpu-name={gpu_name}")
+    digest = hashlib.sha256()
+    for part in (tool_version(ptxas), *cmd_flags, ptx):
+        digest.update(part.encode())
+        digest.update(b"\0")
+
+    def run() -> str:
+        with tempfile.TemporaryDirectory() as tmp:
+            src = Path(tmp) / "kernel.ptx"
+            src.write_text(ptx, encoding="utf-8")
+            proc = subprocess.run(
+                [ptxas, *cmd_flags, str(src), "-o", str(Path(tmp) / "kernel.cubin")],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        if proc.returncode != 0:
+            raise RuntimeError(f"ptxas failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
+        return proc.stdout + proc.stderr
+
+    return cached_text(f"ptxas-{digest.hexdigest()[:24]}", run)
