@@ -1,0 +1,204 @@
+"""What a case runs on the GPU, as one digest: identical in base and head, no timing.
+
+The fingerprint of a case is taken in the worker while the case's first (correctness)
+call runs. It covers, in this order of preference:
+
+- every Triton (and Gluon) kernel the call launched: the compiled PTX with its
+  source-location lines removed (``.file``/``.loc`` and debug sections record paths
+  and line numbers, which differ between two checkouts of one source), the compiled
+  metadata that decides how it runs (warps, CTAs, stages, shared memory, register
+  cap), and the grid of the launch;
+- every device kernel the call launched, as the CUDA profiler saw it: name, grid,
+  block, shared memory and registers (torch's own kernels, an extra copy the launcher
+  added, and the CUDA extension's kernels);
+- the content of every compiled extension the call loaded from outside the Python
+  installation (the CUDA kernel's shared object).
+
+All of it is taken by the guard's own code (the judge's, in a PR check), not asked of
+the kernel's registry entry, which the PR controls. Without a GPU (no profiler, no
+launches) the fingerprint falls back to a hash of the whole ``kernels/`` tree, so any
+change there counts as a change. What it does not cover: host-side code in the Python
+launcher (argument checks, allocation), which changes the host-inclusive time but not
+the device time the guard gates on; the machine (driver, clocks), which is the same for
+both arms of a paired run; and a kernel module that deliberately patches the guard's
+code in the worker it runs in (that is code execution, kept out by the fork gate). The
+PTX is the input of ``ptxas``, whose version is the same for both arms in one process
+tree, so equal PTX and metadata mean an equal binary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import site
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_LOCATION_LINE = re.compile(r"^\s*\.(?:loc|file)\b.*$", re.MULTILINE)
+_DEBUG_SECTION = re.compile(r"^\s*\.section\s+\.debug_\w+\s*\{.*?^\s*\}", re.MULTILINE | re.DOTALL)
+_COMMENT = re.compile(r"//.*$", re.MULTILINE)
+# Compiled metadata that changes how a kernel runs (all present in triton 3.x's
+# metadata; a missing one reads as None, so older or newer versions still compare).
+_META_FIELDS = ("name", "num_warps", "num_ctas", "num_stages", "shared", "maxnreg", "cluster_dims")
+
+
+def normalize_ptx(ptx: str) -> str:
+    """PTX without source locations, debug sections and comments."""
+    text = _DEBUG_SECTION.sub("", ptx)
+    text = _LOCATION_LINE.sub("", text)
+    text = _COMMENT.sub("", text)
+    return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a compiled Triton kernel: what ran, and on what grid."""
+
+    code: str  # sha256 of the normalized PTX and the run-relevant metadata
+    grid: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"code": self.code, "grid": list(self.grid)}
+
+
+def kernel_code_digest(kernel: Any) -> str:
+    """Digest of a ``triton.compiler.CompiledKernel``: normalized PTX + metadata."""
+    meta = kernel.metadata
+    fields = {name: _plain(getattr(meta, name, None)) for name in _META_FIELDS}
+    digest = hashlib.sha256(normalize_ptx(kernel.asm["ptx"]).encode())
+    digest.update(json.dumps(fields, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
+
+
+@contextlib.contextmanager
+def capture_triton_launches() -> Iterator[list[Launch]]:
+    """Within the block, every Triton launch through ``JITFunction.run`` is recorded.
+
+    Yields the list that launches are appended to. Without triton, yields an empty
+    list. Process-wide while active: use it around one call, not beside other threads.
+    """
+    launches: list[Launch] = []
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        yield launches
+        return
+    run = JITFunction.run
+
+    def recording_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        kernel = run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        if kernel is not None and not warmup:
+            if hasattr(kernel, "result"):  # an asynchronous compile
+                kernel = kernel.result()
+            named = dict(zip(self.arg_names, args, strict=False))
+            named.update(kwargs)
+            size = grid(named) if callable(grid) else grid
+            launches.append(Launch(kernel_code_digest(kernel), tuple(int(n) for n in size)))
+        return kernel
+
+    JITFunction.run = recording_run  # type: ignore[method-assign]
+    try:
+        yield launches
+    finally:
+        JITFunction.run = run  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def capture_device_kernels() -> Iterator[list[dict[str, Any]]]:
+    """Within the block, the CUDA profiler records every device kernel; on exit the
+    yielded list holds one ``{name, grid, block, shared, registers}`` per launch.
+    Without a GPU (or when the profiler fails) the list stays empty."""
+    kernels: list[dict[str, Any]] = []
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        yield kernels
+        return
+    if not torch.cuda.is_available():
+        yield kernels
+        return
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        yield kernels
+    torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory(prefix="guard-fp-") as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text("utf-8")).get("traceEvents", [])
+    for event in events:
+        if not isinstance(event, dict) or event.get("cat") != "kernel":
+            continue
+        args = event.get("args", {}) if isinstance(event.get("args"), dict) else {}
+        kernels.append(
+            {
+                "name": str(event.get("name", "")),
+                "grid": _plain(args.get("grid")),
+                "block": _plain(args.get("block")),
+                "shared": _plain(args.get("shared memory")),
+                "registers": _plain(args.get("registers per thread")),
+            }
+        )
+
+
+def loaded_extensions() -> dict[str, str]:
+    """Compiled modules loaded from outside the Python installation (built extensions),
+    by module name: the sha256 of each shared object."""
+    installed = {sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages()}
+    roots = tuple(installed)
+    out = {}
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) or ""
+        if path.endswith((".so", ".pyd")) and not path.startswith(roots):
+            with contextlib.suppress(OSError):
+                out[name] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return out
+
+
+def tree_hash(kernels_dir: str | Path) -> str:
+    """Hash of every file under ``kernels_dir`` (caches excluded): the fallback."""
+    digest = hashlib.sha256()
+    root = Path(kernels_dir)
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        if "__pycache__" in path.parts:
+            continue
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:32]
+
+
+def fingerprint(
+    launches: list[Launch],
+    device_kernels: list[dict[str, Any]],
+    extensions: dict[str, str],
+    fallback: str,
+) -> str:
+    """The case's fingerprint: ``"gpu:<digest>"`` when the call's device work was seen
+    (Triton launches or profiled kernels), else ``"source:<fallback>"``."""
+    if not launches and not device_kernels:
+        return f"source:{fallback}"
+    parts = {
+        "triton": sorted(json.dumps(launch.to_json(), sort_keys=True) for launch in launches),
+        "device": sorted(json.dumps(k, sort_keys=True) for k in device_kernels),
+        "extensions": sorted(extensions.values()),
+    }
+    blob = json.dumps(parts, sort_keys=True).encode()
+    return "gpu:" + hashlib.sha256(blob).hexdigest()[:32]
+
+
+def take(call: Callable[[], Any], kernels_dir: str | Path) -> str:
+    """Run ``call`` once (already warmed up: compiled, built) and fingerprint it."""
+    with capture_device_kernels() as device_kernels, capture_triton_launches() as launches:
+        call()
+    return fingerprint(launches, device_kernels, loaded_extensions(), tree_hash(kernels_dir))

@@ -1,0 +1,112 @@
+"""The case fingerprint: equal for one kernel built from two checkouts, different when
+the compiled code or the launch changes (compiled for sm_90 without a GPU)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from guard import fingerprint as fp
+
+triton = pytest.importorskip("triton")
+triton_compile = pytest.importorskip("kernels.triton_compile")
+
+KERNEL = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * {factor}, mask=mask)
+
+
+def launch(x, y, block={block}):
+    n = x.numel()
+    _scale[(triton.cdiv(n, block),)](x, y, n, BLOCK=block)
+'''
+
+
+def _load(tmp: Path, name: str, *, factor: str = "2.0", block: int = 128, pad: int = 0):
+    folder = tmp / name
+    folder.mkdir()
+    path = folder / f"{name}.py"
+    source = textwrap.dedent(KERNEL.format(factor=factor, block=block))
+    path.write_text("# padding\n" * pad + source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fingerprint(module) -> str:
+    import torch
+
+    x = torch.randn(1000)
+    y = torch.empty_like(x)
+    with triton_compile.compile_only("sm_90"), fp.capture_triton_launches() as launches:
+        module.launch(x, y)
+    assert launches, "the launch was not recorded"
+    return fp.fingerprint(launches, [], {}, "unused")
+
+
+def test_same_kernel_from_two_checkouts_and_shifted_lines_is_identical(tmp_path):
+    a = _fingerprint(_load(tmp_path, "fp_base"))
+    b = _fingerprint(_load(tmp_path, "fp_head", pad=7))  # other path, other line numbers
+    assert a == b
+    assert a.startswith("gpu:")
+
+
+@pytest.mark.parametrize(
+    ("change", "kwargs"), [("code", {"factor": "3.0"}), ("grid", {"block": 256})]
+)
+def test_a_change_in_code_or_launch_changes_the_fingerprint(tmp_path, change, kwargs):
+    base = _fingerprint(_load(tmp_path, f"fp_b_{change}"))
+    head = _fingerprint(_load(tmp_path, f"fp_h_{change}", **kwargs))
+    assert base != head
+
+
+def test_normalize_ptx_drops_locations_and_debug_sections():
+    ptx = textwrap.dedent(
+        """
+        .version 8.7
+        .file 1 "/a/b/kernel.py"
+        .visible .entry k() {
+            .loc 1 12 5
+            ret; // done
+        }
+        .section .debug_str
+        {
+        .b8 47,97
+        }
+        """
+    )
+    text = fp.normalize_ptx(ptx)
+    assert "kernel.py" not in text and ".loc" not in text and "debug" not in text
+    assert "ret;" in text and ".visible .entry k()" in text
+
+
+def test_without_device_work_seen_the_fingerprint_is_the_tree_hash(tmp_path):
+    (tmp_path / "k.py").write_text("x = 1\n")
+    before = fp.tree_hash(tmp_path)
+    assert fp.fingerprint([], [], {}, before) == f"source:{before}"
+    (tmp_path / "k.py").write_text("x = 2\n")
+    assert fp.tree_hash(tmp_path) != before
+
+
+def test_an_extra_device_kernel_or_another_extension_binary_changes_the_fingerprint():
+    copy = {"name": "copy_kernel", "grid": [4, 1, 1], "block": [128, 1, 1], "shared": 0}
+    attn = {"name": "flash_fwd", "grid": [8, 16, 1], "block": [128, 1, 1], "shared": 69632}
+    base = fp.fingerprint([], [attn], {"ext": "aa"}, "t")
+    assert fp.fingerprint([], [attn], {"ext": "aa"}, "other tree") == base
+    assert fp.fingerprint([], [attn, copy], {"ext": "aa"}, "t") != base
+    assert fp.fingerprint([], [attn], {"ext": "bb"}, "t") != base
