@@ -18,7 +18,9 @@ device in use (``sm_90a`` on Hopper), into
 ``$ATTN_GUARD_CACHE/cuda_ext/<hash>-<arch>`` (default ``~/.cache/attn-guard``), where the
 hash covers the sources, the flags, torch and CUDA versions: a rebuild happens only
 when one of them changes, and concurrent processes share the build through torch's
-lock file. A failed build raises ``CudaBuildError`` carrying the compiler's output.
+lock file. The sources are built from a copy inside that directory, so two checkouts
+of the same sources share one build. A failed build raises ``CudaBuildError``
+carrying the compiler's output.
 """
 
 from __future__ import annotations
@@ -142,6 +144,24 @@ def build_directory(capability: tuple[int, int]) -> Path:
     return cache_root() / f"{source_hash(flags)}-{_arch_tag(capability)}"
 
 
+def _sources_in(build_dir: Path) -> list[Path]:
+    """The sources, copied into the build directory, which is keyed by their hash.
+
+    The build files record the paths they compiled: built from the checkout itself,
+    two checkouts of one source (``--against``'s two trees) would each look like a
+    change to the other and rebuild at every switch. From the copy, every tree with
+    these sources shares one build and one shared object."""
+    src = build_dir / "src"
+    src.mkdir(exist_ok=True)
+    for path in (*SOURCES, *HEADERS):
+        target = src / path.name
+        if not target.is_file() or target.read_bytes() != path.read_bytes():
+            tmp = target.with_suffix(target.suffix + f".{os.getpid()}.tmp")
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, target)  # atomic: a concurrent build sees old or new, whole
+    return [src / path.name for path in SOURCES]
+
+
 @functools.cache
 def load_extension(capability: tuple[int, int]) -> ModuleType:
     """Build (or reuse) and import the extension for one compute capability."""
@@ -153,7 +173,7 @@ def load_extension(capability: tuple[int, int]) -> ModuleType:
     try:
         return cpp_extension.load(
             name=f"attn_guard_cuda_flash_{source_hash(flags)}",
-            sources=[str(path) for path in SOURCES],
+            sources=[str(path) for path in _sources_in(build_dir)],
             extra_cuda_cflags=[*NVCC_FLAGS, *flags],
             build_directory=str(build_dir),
             verbose=False,
