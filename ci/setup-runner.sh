@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Install this checkout (`pip install -e .`) on a self-hosted GPU runner, in a fresh
-# virtual environment that sees the runner's preinstalled CUDA build of torch.
+# Install the checkout this script belongs to (`pip install -e <its root>`, whatever
+# the current directory) on a self-hosted GPU runner, in a fresh virtual environment
+# that sees the runner's preinstalled CUDA build of torch. The PR check runs the
+# *judge's* copy, `bash judge/ci/setup-runner.sh`, so a PR can change neither what is
+# installed nor how: the commit under test (pr/) is never installed or built by pip.
 #
 # Never installs torch: the runner's CUDA torch is pinned with a constraint, so pip
 # can neither replace it with a CPU wheel from PyPI nor upgrade it. Fails (exit 3,
@@ -20,6 +23,7 @@
 #      GITHUB_ENV           when set, later steps get per-job compile caches (the end)
 set -euo pipefail
 
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 py="${PERF_GUARD_PYTHON:-python3}"
 venv="${PERF_GUARD_VENV:-${RUNNER_TEMP:-/tmp}/perf-guard-venv}"
 read -r -a pip_args <<< "${PERF_GUARD_PIP_ARGS:-}"
@@ -53,7 +57,7 @@ PY
 printf 'torch==%s\n' "$torch_version" > "$venv/constraints.txt"
 "$venv/bin/python" -m pip install --quiet --upgrade "${pip_args[@]}" pip \
     || echo "could not upgrade pip; using $("$venv/bin/python" -m pip --version)"
-"$venv/bin/python" -m pip install "${pip_args[@]}" --constraint "$venv/constraints.txt" -e .
+"$venv/bin/python" -m pip install "${pip_args[@]}" --constraint "$venv/constraints.txt" -e "$repo"
 
 "$venv/bin/python" - "$torch_version" <<'PY' || exit 3
 import os
