@@ -10,7 +10,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if "$py" -c "import sys, torch; sys.exit(0 if torch.version.cuda else 1)" 2>/dev/null; then
   echo "install: keeping the CUDA build of torch that is installed"
 else
-  "$py" -m pip install -q "torch==2.13.0"
+  # numpy<2.4: triton 3.6's interpreter (the CPU tests) converts 1-element arrays with
+  # int(), which numpy 2.4 refuses; GPU runners never interpret, so they keep theirs.
+  "$py" -m pip install -q "torch==2.13.0" "numpy<2.4"
 fi
 extras=triton
 [ "${1:-}" = "--test" ] && extras=triton,test

@@ -1,0 +1,288 @@
+"""The check's outcome: one typed value, built once, rendered everywhere.
+
+The core builds an ``Outcome`` from what it measured (``core.outcome_of_*``); the
+terminal table, the Markdown summary, the HTML report, ``--json``, ``$GITHUB_OUTPUT``,
+the workflow annotations and the PR comment all render from it. On disk it is the
+file ``outcome.json`` of a PR check (schema below), which the comment workflow reads
+with the default branch's ``guard.comment``.
+
+Standard library only: the comment workflow runs this module without installing the
+project's dependencies.
+
+Format changes (``OUTCOME_SCHEMA_VERSION``):
+  1 (2026-11): ``meta.json`` of the first PR check (verdict words, moved cases as dicts).
+  2 (2026-11): the typed outcome: every case's verdict and reason, policy changes,
+     the commit tested and the commit that judged. Version 1 files are refused (they
+     were written by a check that no longer exists, and a comment is cheap to redo).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from guard.errors import ExitCode  # standard library only, like this module
+
+OUTCOME_SCHEMA_VERSION = 2
+MAX_CASES = 200  # rows an outcome file may hold (a suite is tens of cases)
+MAX_TEXT = 2000  # characters of any one string read from an outcome file
+
+
+class CheckVerdict(str, enum.Enum):
+    """What the whole check concluded; each maps to exactly one exit code."""
+
+    PASS = "pass"
+    REGRESSION = "regression"
+    WRONG_RESULTS = "wrong-results"
+    NO_VERDICT = "no-verdict"  # nothing gated was measured, or no baseline here
+    BAD_INPUT = "bad-input"
+    INFRASTRUCTURE = "infrastructure"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return _EXIT[self]
+
+    @property
+    def words(self) -> str:
+        return _WORDS[self]
+
+
+_EXIT = {
+    CheckVerdict.PASS: ExitCode.PASS,
+    CheckVerdict.REGRESSION: ExitCode.FAIL,
+    CheckVerdict.WRONG_RESULTS: ExitCode.FAIL,
+    CheckVerdict.NO_VERDICT: ExitCode.BAD_INPUT,
+    CheckVerdict.BAD_INPUT: ExitCode.BAD_INPUT,
+    CheckVerdict.INFRASTRUCTURE: ExitCode.INFRA,
+}
+_WORDS = {
+    CheckVerdict.PASS: "no significant regression",
+    CheckVerdict.REGRESSION: "significant performance regression",
+    CheckVerdict.WRONG_RESULTS: "wrong results",
+    CheckVerdict.NO_VERDICT: "no verdict",
+    CheckVerdict.BAD_INPUT: "bad input or configuration",
+    CheckVerdict.INFRASTRUCTURE: "infrastructure failure (no GPU, build failure, crash, timeout)",
+}
+
+
+class CaseVerdict(str, enum.Enum):
+    """What the guard concluded about one case (the one status enum of a case's end)."""
+
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    UNCHANGED = "unchanged"
+    IDENTICAL = "identical"  # same kernel in base and head: not timed
+    INCONCLUSIVE = "inconclusive"
+    WRONG = "wrong"  # wrong results
+    ERROR = "error"  # crashed, timed out, failed to build
+    UNAVAILABLE = "unavailable"  # cannot run here
+    NEW = "new"  # nothing to compare with
+    NOT_COMPARABLE = "not-comparable"
+    TOO_FEW_ROUNDS = "too-few-rounds"
+    CONTROL = "control"  # a not-gated reference kernel: context, never a verdict
+
+    @property
+    def moved(self) -> bool:
+        """Worth a reader's attention in a summary."""
+        return self in _MOVED
+
+
+_MOVED = {
+    CaseVerdict.REGRESSION,
+    CaseVerdict.IMPROVEMENT,
+    CaseVerdict.INCONCLUSIVE,
+    CaseVerdict.WRONG,
+    CaseVerdict.ERROR,
+}
+
+
+class OutcomeFileError(ValueError):
+    """An outcome file is not one this version reads; the message names the field."""
+
+
+@dataclass(frozen=True)
+class CaseOutcome:
+    """One case's line: its verdict, the ratio and interval when timed, and why."""
+
+    case_id: str
+    gate: bool
+    verdict: CaseVerdict
+    fails: bool = False
+    ratio: float | None = None  # candidate / baseline of the case's time
+    low: float | None = None
+    high: float | None = None
+    baseline_s: float | None = None  # the case's time (trimmed geometric mean of rounds)
+    candidate_s: float | None = None
+    reason: str = ""
+    notes: tuple[str, ...] = ()  # e.g. compiler resources that changed
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.case_id,
+            "gate": self.gate,
+            "verdict": self.verdict.value,
+            "fails": self.fails,
+            "ratio": _finite(self.ratio),
+            "low": _finite(self.low),
+            "high": _finite(self.high),
+            "baseline_s": _finite(self.baseline_s),
+            "candidate_s": _finite(self.candidate_s),
+            "reason": self.reason,
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> CaseOutcome:
+        rec = _mapping(data, where)
+        try:
+            verdict = CaseVerdict(_text(rec, "verdict", where))
+        except ValueError:
+            raise OutcomeFileError(f"{where}.verdict: unknown verdict") from None
+        return cls(
+            case_id=_text(rec, "id", where),
+            gate=_bool(rec, "gate", where),
+            verdict=verdict,
+            fails=_bool(rec, "fails", where),
+            ratio=_number(rec, "ratio", where),
+            low=_number(rec, "low", where),
+            high=_number(rec, "high", where),
+            baseline_s=_number(rec, "baseline_s", where),
+            candidate_s=_number(rec, "candidate_s", where),
+            reason=_text(rec, "reason", where, default=""),
+            notes=tuple(_texts(rec, "notes", where)),
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The whole check: verdict (and so exit code), headline, every case, and context."""
+
+    verdict: CheckVerdict
+    headline: str
+    cases: tuple[CaseOutcome, ...] = ()
+    notes: tuple[str, ...] = ()
+    policy_changes: tuple[str, ...] = ()  # the PR's suite edits: take effect after merge
+    baseline_changes: tuple[str, ...] = ()  # baseline files the PR edits
+    gpu: str = ""
+    tested_commit: str = ""  # the commit whose kernels were measured
+    judge_commit: str = ""  # the commit whose guard, suite and baseline judged
+    head_sha: str = ""  # the PR's head (the comment workflow matches on it)
+    pr_number: int | None = None
+    run_url: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.verdict.exit_code
+
+    @property
+    def moved(self) -> tuple[CaseOutcome, ...]:
+        """The cases a reader should look at: failing ones first."""
+        rows = [c for c in self.cases if c.fails or (c.gate and c.verdict.moved)]
+        return tuple(sorted(rows, key=lambda c: (not c.fails, c.case_id)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": OUTCOME_SCHEMA_VERSION,
+            "verdict": self.verdict.value,
+            "exit_code": int(self.exit_code),
+            "headline": self.headline,
+            "cases": [c.to_json() for c in self.cases],
+            "notes": list(self.notes),
+            "policy_changes": list(self.policy_changes),
+            "baseline_changes": list(self.baseline_changes),
+            "gpu": self.gpu,
+            "tested_commit": self.tested_commit,
+            "judge_commit": self.judge_commit,
+            "head_sha": self.head_sha,
+            "pr_number": self.pr_number,
+            "run_url": self.run_url,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "outcome") -> Outcome:
+        rec = _mapping(data, where)
+        version = rec.get("schema_version")
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise OutcomeFileError(f"{where}.schema_version: missing or not an integer")
+        if version != OUTCOME_SCHEMA_VERSION:
+            raise OutcomeFileError(
+                f"{where}.schema_version: {version} is not {OUTCOME_SCHEMA_VERSION}, "
+                "the version this guard reads"
+            )
+        try:
+            verdict = CheckVerdict(_text(rec, "verdict", where))
+        except ValueError:
+            raise OutcomeFileError(f"{where}.verdict: unknown verdict") from None
+        cases = rec.get("cases", [])
+        if not isinstance(cases, list) or len(cases) > MAX_CASES:
+            raise OutcomeFileError(f"{where}.cases: not a list of at most {MAX_CASES}")
+        pr = rec.get("pr_number")
+        if pr is not None and (not isinstance(pr, int) or isinstance(pr, bool) or pr <= 0):
+            raise OutcomeFileError(f"{where}.pr_number: not a positive integer")
+        return cls(
+            verdict=verdict,
+            headline=_text(rec, "headline", where),
+            cases=tuple(
+                CaseOutcome.from_json(c, f"{where}.cases[{i}]") for i, c in enumerate(cases)
+            ),
+            notes=tuple(_texts(rec, "notes", where)),
+            policy_changes=tuple(_texts(rec, "policy_changes", where)),
+            baseline_changes=tuple(_texts(rec, "baseline_changes", where)),
+            gpu=_text(rec, "gpu", where, default=""),
+            tested_commit=_text(rec, "tested_commit", where, default=""),
+            judge_commit=_text(rec, "judge_commit", where, default=""),
+            head_sha=_text(rec, "head_sha", where, default=""),
+            pr_number=pr,
+            run_url=_text(rec, "run_url", where, default=""),
+        )
+
+
+# ------------------------------------------------------------------ reading helpers
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _mapping(data: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise OutcomeFileError(f"{where}: not an object")
+    return data
+
+
+def _text(rec: Mapping[str, Any], key: str, where: str, default: str | None = None) -> str:
+    value = rec.get(key, default)
+    if not isinstance(value, str):
+        raise OutcomeFileError(f"{where}.{key}: missing or not a string")
+    if len(value) > MAX_TEXT:
+        raise OutcomeFileError(f"{where}.{key}: longer than {MAX_TEXT} characters")
+    return value
+
+
+def _texts(rec: Mapping[str, Any], key: str, where: str) -> list[str]:
+    values = rec.get(key, [])
+    if not isinstance(values, list) or len(values) > MAX_CASES:
+        raise OutcomeFileError(f"{where}.{key}: not a list of at most {MAX_CASES} strings")
+    return [_text({key: v}, key, f"{where}[{i}]") for i, v in enumerate(values)]
+
+
+def _bool(rec: Mapping[str, Any], key: str, where: str) -> bool:
+    value = rec.get(key, False)
+    if not isinstance(value, bool):
+        raise OutcomeFileError(f"{where}.{key}: not true or false")
+    return value
+
+
+def _number(rec: Mapping[str, Any], key: str, where: str) -> float | None:
+    value = rec.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise OutcomeFileError(f"{where}.{key}: not a number")
+    if not math.isfinite(value):
+        raise OutcomeFileError(f"{where}.{key}: not finite")
+    return float(value)
