@@ -53,6 +53,7 @@ class ProgressPrinter:
             print(f"[guard] {label}: done ({took:.0f} s elapsed)", file=sys.stderr, flush=True)
 
     def _live(self, ev: Progress, key: tuple[str, str, int], label: str) -> None:
+        from rich.markup import escape
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -74,8 +75,11 @@ class ProgressPrinter:
             self._bar.start()
         if key != self._key:
             self._key = key
-            self._task = self._bar.add_task(label, total=ev.total)
-        self._bar.update(self._task, completed=ev.done, description=f"{label} {ev.case}".strip())
+            self._task = self._bar.add_task(escape(label), total=ev.total)
+        # Case names are user data: escaped, so that "[fp16]" or "[/]" is shown as
+        # written instead of being read as rich markup.
+        description = escape(f"{label} {ev.case}".strip())
+        self._bar.update(self._task, completed=ev.done, description=description)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -83,14 +87,18 @@ class ProgressPrinter:
 
 
 def _print_table(header: list[str], rows: list[list[str]], title: str = "") -> None:
+    """A terminal table. Every string is plain text (``rich.text.Text``), never rich
+    markup: case names such as ``test_attn[fp16]`` and kernel messages holding ``[/]``
+    are data, shown as they are."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title or None, show_lines=False)
+    table = Table(title=Text(title) if title else None, show_lines=False)
     for h in header:
-        table.add_column(h, overflow="fold")
+        table.add_column(Text(h), overflow="fold")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))
     Console(width=max(120, Console().width)).print(table)
 
 
