@@ -7,6 +7,7 @@ Exit codes: 0 pass, 1 regression or wrong results, 2 bad input or configuration,
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -423,7 +424,66 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _ReaderGone:
+    """stdout or stderr, for as long as someone reads it.
+
+    ``guard compare a b | head -1``: once ``head`` exits, a write raises
+    ``BrokenPipeError``. The Python docs' "Note on SIGPIPE" says to point the file
+    descriptor at ``os.devnull`` and exit quietly; this does that at the first failed
+    write and lets the command finish, so that its files (results, Markdown, HTML)
+    are written and it exits with its own code (0 pass, 1 regression, ...), not 1
+    and a traceback.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self) -> None:
+        self.gone = True
+        # Whatever is still buffered goes to devnull at the next (or the final) flush.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            return
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass  # not a real file (tests' capture): nothing is written to it any more
+        finally:
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ...
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _ReaderGone(sys.stdout), _ReaderGone(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

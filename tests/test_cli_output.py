@@ -5,11 +5,15 @@ line. In-process (core functions replaced) or on tiny files: no worker, no timin
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from conftest import make_case, make_run, synthetic_rounds
+import pytest
+from conftest import ROOT, make_case, make_run, synthetic_rounds
 
 from guard import cli, core, results
 from guard.results import CRASHED, CaseResult
@@ -74,3 +78,31 @@ def test_progress_bar_shows_markup_as_text() -> None:
         assert shown == "time candidate round 1/2 reference/x[/]y[red]"
     finally:
         printer.close()
+
+
+# ------------------------------------------------------------ closed stdout
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+def test_closed_stdout_exits_quietly_with_the_verdict(tmp_path: Path, fmt: list[str]) -> None:
+    """`guard compare a b | head -1`: the reader is gone before the guard writes (the
+    read end is closed before it starts). It still writes its files and exits with its
+    own code, with no traceback."""
+    a = pytest_benchmark_file(tmp_path / "a.json", ["t.py::test_a", "t.py::test_b"])
+    md = tmp_path / "summary.md"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "guard", "compare", str(a), str(a), "--markdown", str(md), *fmt],
+            cwd=ROOT,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+    assert md.read_text().startswith("## Performance guard")
