@@ -289,6 +289,8 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
         )
     finally:
         progress.close()
+    if args.out:
+        results.save(outcome.run, args.out)
     cli_report.append_history(args, outcome.run)
     rows = [
         [
@@ -334,7 +336,22 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- parser
 
 
-def _common(p: argparse.ArgumentParser, measure: bool = True) -> None:
+def positive_int(text: str) -> int:
+    """An argparse type: a count of at least 1 (argparse names the flag and exits 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _common(
+    p: argparse.ArgumentParser,
+    measure: bool = True,
+    out_help: str = f"results JSON (default {DEFAULT_OUT})",
+) -> None:
     p.add_argument("--suite", default=str(core.DEFAULT_SUITE), help="suite YAML file")
     p.add_argument("--kernels", nargs="+", metavar="NAME", help="only these kernels")
     p.add_argument("--cases", nargs="+", metavar="NAME", help="only these workloads")
@@ -346,10 +363,12 @@ def _common(p: argparse.ArgumentParser, measure: bool = True) -> None:
     )
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     if measure:
-        p.add_argument("--rounds", type=int, help="timing rounds (fresh processes) per arm")
-        p.add_argument("--max-rounds", type=int, help="ceiling for inconclusive cases")
+        p.add_argument(
+            "--rounds", type=positive_int, help="timing rounds (fresh processes) per arm"
+        )
+        p.add_argument("--max-rounds", type=positive_int, help="ceiling for inconclusive cases")
         p.add_argument("--seed", type=int, help="input seed (default: fresh every run)")
-        p.add_argument("--out", type=Path, help=f"results JSON (default {DEFAULT_OUT})")
+        p.add_argument("--out", type=Path, help=out_help)
         p.add_argument("--markdown", help="also write the Markdown summary here")
         p.add_argument("--history", metavar="DB", help=cli_report.HISTORY_HELP)
         p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
@@ -416,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("baseline", help="manage baselines")
     bsub = p.add_subparsers(dest="baseline_command", required=True)
     r = bsub.add_parser("refresh", help="rerun the suite here and rewrite baselines/<gpu>.json")
-    _common(r)
+    _common(r, out_help="also write the measured results JSON here (a copy of the baseline)")
     r.add_argument("--dir", default=str(core.DEFAULT_BASELINES), help="baseline folder")
     r.add_argument("--allow-cpu", action="store_true", help="allow a CPU baseline")
     r.set_defaults(func=cmd_baseline_refresh)

@@ -108,6 +108,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``report`` and ``history`` to the ``guard`` subcommands."""
+    cli = _cli()
     p = sub.add_parser(
         "report",
         help="write the HTML report (and Markdown) for a results file",
@@ -123,7 +124,11 @@ def register(sub: Any) -> None:
         "--history", metavar="DB", type=Path, help="draw each case's history from this DB"
     )
     p.add_argument(
-        "--history-limit", type=int, default=60, metavar="N", help="last N runs (default 60)"
+        "--history-limit",
+        type=cli.positive_int,
+        default=60,
+        metavar="N",
+        help="last N runs (default 60)",
     )
     p.add_argument("--alpha", type=float, default=0.01, help="family false-alarm rate")
     p.add_argument("--report-url", default="", help="link the Markdown to the HTML report")
@@ -141,7 +146,7 @@ def register(sub: Any) -> None:
         "--db", type=Path, default=history.DEFAULT_DB, help=f"default {history.DEFAULT_DB}"
     )
     h.add_argument("--gpu", metavar="SLUG", help="GPU slug (default: the last one measured)")
-    h.add_argument("--limit", type=int, metavar="N", help="only the last N runs")
+    h.add_argument("--limit", type=cli.positive_int, metavar="N", help="only the last N runs")
     h.add_argument("--alpha", type=float, default=0.01, help="false-step rate per scan")
     h.add_argument(
         "--min-effect",

@@ -106,3 +106,68 @@ def test_closed_stdout_exits_quietly_with_the_verdict(tmp_path: Path, fmt: list[
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
     assert md.read_text().startswith("## Performance guard")
+
+
+# ------------------------------------------------------------ numbers and flags
+
+
+def _refuse_to_measure(*args, **kw):
+    raise AssertionError("measured although the command line was bad")
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["run", "--rounds", "-3"], "--rounds"),
+        (["run", "--rounds", "0"], "--rounds"),
+        (["check", "--max-rounds", "0"], "--max-rounds"),
+        (["compare", "--rounds", "1.5"], "--rounds"),
+        (["report", "r.json", "--history-limit", "0"], "--history-limit"),
+    ],
+)
+def test_bad_numbers_exit_two_naming_the_flag(tiny_suite, monkeypatch, capsys, argv, flag):
+    monkeypatch.setattr(core, "run", _refuse_to_measure)
+    monkeypatch.setattr(core, "check", _refuse_to_measure)
+    code = cli.main([*argv, "--suite", str(tiny_suite)] if argv[0] != "report" else argv)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: must be" in err and "Traceback" not in err
+
+
+def test_history_limit_zero_is_refused(tmp_path: Path, capsys) -> None:
+    import report_data
+
+    from guard import history
+
+    db = tmp_path / "h.sqlite"
+    for run in report_data.history_runs(n=3):
+        history.append(run, db)
+    case_id = "triton_flash/b1-h8-s512-d64-full"
+    assert cli.main(["history", case_id, "--db", str(db), "--limit", "0"]) == 2
+    assert "argument --limit: must be a positive integer, got '0'" in capsys.readouterr().err
+    assert cli.main(["history", case_id, "--db", str(db), "--limit", "2", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["points"]) == 2
+
+
+def test_refresh_without_gpu_refuses_before_measuring(tmp_path, tiny_suite, monkeypatch, capsys):
+    from guard import env as guard_env
+
+    monkeypatch.setattr(guard_env, "pick_device", lambda requested="auto": ("cpu", "no GPU (test)"))
+    monkeypatch.setattr(core, "run", _refuse_to_measure)
+    bdir = tmp_path / "b"
+    argv = ["baseline", "refresh", "--suite", str(tiny_suite), "--dir", str(bdir), "-q"]
+    assert cli.main(argv) == 3
+    assert "baseline refresh needs a GPU: no GPU (test)" in capsys.readouterr().err
+    assert not bdir.exists()
+
+
+def test_refresh_out_writes_the_measured_results(tmp_path, tiny_suite, monkeypatch, capsys):
+    measured = make_run(
+        {make_case(kernel="reference"): synthetic_rounds(np.random.default_rng(2), 1e-3)}
+    )
+    monkeypatch.setattr(core, "run", lambda suite, opts, progress, **kw: measured)
+    out, bdir = tmp_path / "res" / "r.json", tmp_path / "b"
+    argv = ["baseline", "refresh", "--suite", str(tiny_suite), "--dir", str(bdir), "-q"]
+    assert cli.main([*argv, "--allow-cpu", "--out", str(out)]) == 0
+    [baseline] = bdir.glob("*.json")
+    assert results.load(out).cases == results.load(baseline).cases == measured.cases
