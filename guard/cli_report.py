@@ -48,6 +48,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             gpu_slug=run.environment.gpu_slug,
             limit=args.history_limit,
         )
+        for t in trends.values():
+            if t.skipped:
+                print(f"[guard] {t.skipped_note(args.history)}", file=sys.stderr)
     if args.html:
         results.write_atomic(args.html, report.html_report(run, comparison, trends=trends))
     markdown = (
@@ -83,6 +86,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         min_effect=args.min_effect,
     )
+    if trend.skipped:
+        print(f"[guard] {trend.skipped_note(args.db)}", file=sys.stderr)
     if args.json:
         cli._emit_json(history.trend_json(trend))
         return 0
