@@ -142,8 +142,8 @@ def _fallback_note(run: results.RunResult) -> None:
     reason = run.environment.cpu_fallback_reason
     if reason:
         print(
-            f"[guard] no GPU: measured on the CPU instead ({reason}); CPU timings say "
-            "nothing about GPU speed",
+            f"[guard] no GPU: measured on the CPU instead ({render.one_line(reason)}); "
+            "CPU timings say nothing about GPU speed",
             file=sys.stderr,
         )
 
@@ -167,7 +167,7 @@ def _finish_run(args: argparse.Namespace, run: results.RunResult, no_verdict: st
     else:
         _print_table(render.RUN_HEADER, render.run_rows(run))
         if no_verdict:
-            print(f"\nNO VERDICT: {no_verdict}")
+            print(f"\nNO VERDICT: {render.one_line(no_verdict)}")
         print(f"results: {out}")
     _write_summary(render.run_markdown(run, no_verdict), args.markdown)
 
@@ -210,8 +210,8 @@ def _render_comparison(args: argparse.Namespace, comparison) -> int:
         for diff in comparison.environment_diff:
             print(f"environment differs: {diff[0]}: baseline {diff[1]!r}, here {diff[2]!r}")
         for note in comparison.notes:
-            print(f"note: {note}")
-        print(comparison.headline)
+            print(f"note: {render.one_line(note)}")
+        print(render.one_line(comparison.headline))
     if os.environ.get("GITHUB_ACTIONS"):
         for line in render.annotations(comparison):
             print(line)
@@ -271,12 +271,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             )
         else:
             _print_table(render.RUN_HEADER, render.run_rows(outcome.candidate))
-            print(f"\nNO VERDICT: {outcome.no_verdict_reason}")
+            print(f"\nNO VERDICT: {render.one_line(outcome.no_verdict_reason)}")
         _write_summary(
             render.run_markdown(outcome.candidate, outcome.no_verdict_reason), args.markdown
         )
         if os.environ.get("GITHUB_ACTIONS"):
-            print(f"::warning title=No baseline::{outcome.no_verdict_reason}")
+            print(render.gh_command("warning", outcome.no_verdict_reason, title="No baseline"))
         return int(outcome.exit_code)
     return _render_comparison(args, outcome.comparison)
 
@@ -318,15 +318,8 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
             title=f"baseline written: {outcome.path}",
         )
     md = (
-        "\n".join(
-            [
-                f"## Baseline refreshed: `{outcome.path}`",
-                "",
-                "| case | old median | new median | new/old |",
-                "|---|---|---|---|",
-                *["| " + " | ".join(r) + " |" for r in rows],
-            ]
-        )
+        f"## Baseline refreshed: {render.md_code(outcome.path)}\n\n"
+        + render.md_table(["case", "old median", "new median", "new/old"], rows)
         + "\n"
     )
     _write_summary(md, args.markdown)
@@ -511,7 +504,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return int(args.func(args))
     except GuardError as exc:
-        print(f"guard: error: {exc}", file=sys.stderr)
+        print(f"guard: error: {render.one_line(exc)}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("guard: interrupted; no results or baselines were written", file=sys.stderr)

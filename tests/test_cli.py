@@ -131,7 +131,7 @@ def test_refresh_then_compare_pass_and_regression(tmp_path, capsys, monkeypatch)
     out = capsys.readouterr().out
     verdicts = json.loads(out[: out.index("::error")])
     assert verdicts["cases"][0]["verdict"] == "regression"
-    assert "::error title=Performance regression: fault_slow/" in out
+    assert "::error title=Performance regression%3A fault_slow/" in out
 
     # The same two files compared directly.
     assert main(["compare", str(tmp_path / "same.json"), str(tmp_path / "slow.json")]) == 1

@@ -171,3 +171,39 @@ def test_refresh_out_writes_the_measured_results(tmp_path, tiny_suite, monkeypat
     assert cli.main([*argv, "--allow-cpu", "--out", str(out)]) == 0
     [baseline] = bdir.glob("*.json")
     assert results.load(out).cases == results.load(baseline).cases == measured.cases
+
+
+# ------------------------------------------------------------ GitHub output
+
+
+def test_no_baseline_warning_is_one_command(tmp_path, tiny_suite, monkeypatch, capsys) -> None:
+    """The no-verdict reason names a path the user chose: a newline in it must not
+    start a second workflow command, in the ::warning or in the plain lines."""
+    run = make_run(
+        {make_case(kernel="reference"): synthetic_rounds(np.random.default_rng(3), 1e-3)}
+    )
+    reason = "no baseline for this hardware (b\n::error::pwned/x.json does not exist)"
+    monkeypatch.setattr(core, "find_baseline", lambda *a: (None, reason))
+    monkeypatch.setattr(
+        core, "compare_with_baseline", lambda *a, **kw: core.CompareOutcome(run, None, reason)
+    )
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    argv = ["compare", "--suite", str(tiny_suite), "--out", str(tmp_path / "r.json"), "-q"]
+    assert cli.main(argv) == 2
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::")]
+    assert commands == [
+        "::warning title=No baseline::no baseline for this hardware (b%0A::error::pwned/x.json"
+        " does not exist)"
+    ]
+
+
+def test_refresh_summary_escapes_case_names(tmp_path, tiny_suite, monkeypatch) -> None:
+    case = make_case(kernel="reference", name="a|b<img src=x>`c`")
+    measured = make_run({case: synthetic_rounds(np.random.default_rng(4), 1e-3)})
+    monkeypatch.setattr(core, "run", lambda suite, opts, progress, **kw: measured)
+    md = tmp_path / "s.md"
+    argv = ["baseline", "refresh", "--suite", str(tiny_suite), "--dir", str(tmp_path / "b")]
+    assert cli.main([*argv, "--allow-cpu", "-q", "--markdown", str(md)]) == 0
+    row = md.read_text().splitlines()[-1]
+    assert row.startswith("| reference/a\\|b&lt;img src=x&gt;\\`c\\` | — | ")
+    assert row.count("|") - row.count("\\|") == 5
