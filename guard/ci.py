@@ -28,6 +28,7 @@ import importlib.util
 import io
 import json
 import os
+import secrets
 import subprocess
 import sys
 import traceback
@@ -36,8 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guard import cli, results
+from guard import cli, render, results
 from guard.errors import BadInput, ExitCode
+from guard.render import md_code, md_text
 
 META_SCHEMA_VERSION = 1  # meta.json; the comment workflow refuses other versions
 REFRESH_WORKFLOW = ".github/workflows/baseline-refresh.yml"
@@ -104,21 +106,23 @@ def changed_baselines(base: str, baselines_dir: str) -> list[str]:
     return [line for line in proc.stdout.splitlines() if line.strip()]
 
 
-def _gh_escape(text: str, *, prop: bool = False) -> str:
-    text = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    if prop:
-        text = text.replace(":", "%3A").replace(",", "%2C")
-    return text
-
-
 def annotate(level: str, title: str, message: str, file: str = "") -> None:
-    """Print a GitHub workflow command (only under GitHub Actions)."""
+    """Print a GitHub workflow command (only under GitHub Actions); every part is
+    escaped (``render.gh_command``), so a newline in a case name cannot start another."""
     if not os.environ.get("GITHUB_ACTIONS"):
         return
-    props = f"title={_gh_escape(title, prop=True)}"
-    if file:
-        props = f"file={_gh_escape(file, prop=True)},{props}"
-    print(f"::{level} {props}::{_gh_escape(message)}", flush=True)
+    print(render.gh_command(level, message, file=file, title=title), flush=True)
+
+
+def print_untrusted(text: str) -> None:
+    """Print ``text`` (a traceback quoting a kernel's message, say) to stderr so that
+    none of its lines runs as a workflow command: under GitHub Actions it goes between
+    ``::stop-commands::TOKEN`` and ``::TOKEN::``, the runner's documented way."""
+    if not os.environ.get("GITHUB_ACTIONS"):
+        print(text, file=sys.stderr, flush=True)
+        return
+    token = secrets.token_hex(16)
+    print(f"::stop-commands::{token}\n{text}\n::{token}::", file=sys.stderr, flush=True)
 
 
 def append_summary(markdown: str) -> None:
@@ -215,11 +219,12 @@ def run_check(args: argparse.Namespace, out_dir: Path, extra: Sequence[str]) -> 
 def _crashed(what: str, exc: Exception) -> Outcome:
     """An exception escaped the guard: a bug or a broken machine, never the PR's verdict."""
     detail = "".join(traceback.format_exception(exc)).rstrip()
-    print(detail, file=sys.stderr, flush=True)
+    print_untrusted(detail)
     message = f"{what} crashed: {type(exc).__name__}: {exc}"
     annotate("error", "perf-guard crashed", message)
     append_summary(
-        f"**{message}**\n\n<details><summary>traceback</summary>\n\n```\n{detail}\n```\n\n</details>"
+        f"**{md_text(message)}**\n\n<details><summary>traceback</summary>\n\n"
+        f"{render.md_block(detail)}\n\n</details>"
     )
     return Outcome(int(ExitCode.INFRA), "infrastructure", message)
 
@@ -326,10 +331,10 @@ def run_compare(
         # keep it, and say what failed.
         code = data["exit_code"]
         detail = "".join(traceback.format_exception(crash)).rstrip()
-        print(detail, file=sys.stderr, flush=True)
+        print_untrusted(detail)
         message = f"the HTML report failed after the verdict: {type(crash).__name__}: {crash}"
         annotate("warning", "perf-guard report", message)
-        append_summary(f"> {message}")
+        append_summary(f"> {md_text(message)}")
     for line in lines:  # the guard's ::error / ::warning lines
         print(line, flush=True)
     compare_md = out_dir / "compare.md"
@@ -340,7 +345,7 @@ def run_compare(
             code, "error"
         )
         headline = f"guard compare stopped with exit code {code} (see the job log)"
-        append_summary(f"**{headline}**")
+        append_summary(f"**{md_text(headline)}**")
         return Outcome(code, verdict, headline)
     results.write_atomic(out_dir / "comparison.json", json.dumps(data, indent=1) + "\n")
     headline = str(data.get("headline", ""))
@@ -424,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir: Path = args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     gpu = os.environ.get("GPU_LABEL", "")
-    append_summary(f"# perf-guard{f': {gpu}' if gpu else ''}")
+    append_summary(f"# perf-guard{f': {md_text(gpu)}' if gpu else ''}")
 
     base = ""
     changes: list[str] = []
@@ -433,14 +438,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadInput as exc:
         outcome = Outcome(int(exc.exit_code), "bad-input", f"NO VERDICT: {exc}")
         annotate("error", "perf-guard: no base commit", str(exc))
-        append_summary(f"**NO VERDICT: {exc}**")
+        append_summary(f"**NO VERDICT: {md_text(exc)}**")
     else:
         changes = changed_baselines(base, args.baselines)
         if changes:
-            files = "\n".join(f"- `{f}`" for f in changes)
+            files = "\n".join(f"- {md_code(f)}" for f in changes)
             append_summary(
                 "> [!WARNING]\n> **This PR changes baseline files.** The check compares with "
-                f"the baselines of the base commit `{base[:10]}`, not with these:\n\n{files}"
+                f"the baselines of the base commit {md_code(base[:10])}, not with these:"
+                f"\n\n{files}"
             )
             for f in changes:
                 annotate(
@@ -458,7 +464,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"workflow ({REFRESH_WORKFLOW}, gpu: {gpu or 'this runner'}) or with "
             "`guard baseline refresh` on this GPU, and merge its pull request."
         )
-        append_summary(f"> [!IMPORTANT]\n> {hint}")
+        append_summary(
+            "> [!IMPORTANT]\n> No baseline for this GPU in the base commit. Record one with "
+            f"the baseline-refresh workflow ({md_code(REFRESH_WORKFLOW)}, gpu: "
+            f"{md_text(gpu or 'this runner')}) or with `guard baseline refresh` on this GPU, "
+            "and merge its pull request."
+        )
         if args.missing_baseline == "neutral":
             annotate("warning", "No baseline for this GPU", hint)
             exit_code = ExitCode.PASS

@@ -7,6 +7,7 @@ Exit codes: 0 pass, 1 regression or wrong results, 2 bad input or configuration,
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -53,6 +54,7 @@ class ProgressPrinter:
             print(f"[guard] {label}: done ({took:.0f} s elapsed)", file=sys.stderr, flush=True)
 
     def _live(self, ev: Progress, key: tuple[str, str, int], label: str) -> None:
+        from rich.markup import escape
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -74,8 +76,11 @@ class ProgressPrinter:
             self._bar.start()
         if key != self._key:
             self._key = key
-            self._task = self._bar.add_task(label, total=ev.total)
-        self._bar.update(self._task, completed=ev.done, description=f"{label} {ev.case}".strip())
+            self._task = self._bar.add_task(escape(label), total=ev.total)
+        # Case names are user data: escaped, so that "[fp16]" or "[/]" is shown as
+        # written instead of being read as rich markup.
+        description = escape(f"{label} {ev.case}".strip())
+        self._bar.update(self._task, completed=ev.done, description=description)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -83,14 +88,18 @@ class ProgressPrinter:
 
 
 def _print_table(header: list[str], rows: list[list[str]], title: str = "") -> None:
+    """A terminal table. Every string is plain text (``rich.text.Text``), never rich
+    markup: case names such as ``test_attn[fp16]`` and kernel messages holding ``[/]``
+    are data, shown as they are."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=title or None, show_lines=False)
+    table = Table(title=Text(title) if title else None, show_lines=False)
     for h in header:
-        table.add_column(h, overflow="fold")
+        table.add_column(Text(h), overflow="fold")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))
     Console(width=max(120, Console().width)).print(table)
 
 
@@ -133,8 +142,8 @@ def _fallback_note(run: results.RunResult) -> None:
     reason = run.environment.cpu_fallback_reason
     if reason:
         print(
-            f"[guard] no GPU: measured on the CPU instead ({reason}); CPU timings say "
-            "nothing about GPU speed",
+            f"[guard] no GPU: measured on the CPU instead ({render.one_line(reason)}); "
+            "CPU timings say nothing about GPU speed",
             file=sys.stderr,
         )
 
@@ -158,7 +167,7 @@ def _finish_run(args: argparse.Namespace, run: results.RunResult, no_verdict: st
     else:
         _print_table(render.RUN_HEADER, render.run_rows(run))
         if no_verdict:
-            print(f"\nNO VERDICT: {no_verdict}")
+            print(f"\nNO VERDICT: {render.one_line(no_verdict)}")
         print(f"results: {out}")
     _write_summary(render.run_markdown(run, no_verdict), args.markdown)
 
@@ -201,8 +210,8 @@ def _render_comparison(args: argparse.Namespace, comparison) -> int:
         for diff in comparison.environment_diff:
             print(f"environment differs: {diff[0]}: baseline {diff[1]!r}, here {diff[2]!r}")
         for note in comparison.notes:
-            print(f"note: {note}")
-        print(comparison.headline)
+            print(f"note: {render.one_line(note)}")
+        print(render.one_line(comparison.headline))
     if os.environ.get("GITHUB_ACTIONS"):
         for line in render.annotations(comparison):
             print(line)
@@ -262,12 +271,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             )
         else:
             _print_table(render.RUN_HEADER, render.run_rows(outcome.candidate))
-            print(f"\nNO VERDICT: {outcome.no_verdict_reason}")
+            print(f"\nNO VERDICT: {render.one_line(outcome.no_verdict_reason)}")
         _write_summary(
             render.run_markdown(outcome.candidate, outcome.no_verdict_reason), args.markdown
         )
         if os.environ.get("GITHUB_ACTIONS"):
-            print(f"::warning title=No baseline::{outcome.no_verdict_reason}")
+            print(render.gh_command("warning", outcome.no_verdict_reason, title="No baseline"))
         return int(outcome.exit_code)
     return _render_comparison(args, outcome.comparison)
 
@@ -280,6 +289,8 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
         )
     finally:
         progress.close()
+    if args.out:
+        results.save(outcome.run, args.out)
     cli_report.append_history(args, outcome.run)
     rows = [
         [
@@ -307,15 +318,8 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
             title=f"baseline written: {outcome.path}",
         )
     md = (
-        "\n".join(
-            [
-                f"## Baseline refreshed: `{outcome.path}`",
-                "",
-                "| case | old median | new median | new/old |",
-                "|---|---|---|---|",
-                *["| " + " | ".join(r) + " |" for r in rows],
-            ]
-        )
+        f"## Baseline refreshed: {render.md_code(outcome.path)}\n\n"
+        + render.md_table(["case", "old median", "new median", "new/old"], rows)
         + "\n"
     )
     _write_summary(md, args.markdown)
@@ -325,7 +329,22 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------- parser
 
 
-def _common(p: argparse.ArgumentParser, measure: bool = True) -> None:
+def positive_int(text: str) -> int:
+    """An argparse type: a count of at least 1 (argparse names the flag and exits 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _common(
+    p: argparse.ArgumentParser,
+    measure: bool = True,
+    out_help: str = f"results JSON (default {DEFAULT_OUT})",
+) -> None:
     p.add_argument("--suite", default=str(core.DEFAULT_SUITE), help="suite YAML file")
     p.add_argument("--kernels", nargs="+", metavar="NAME", help="only these kernels")
     p.add_argument("--cases", nargs="+", metavar="NAME", help="only these workloads")
@@ -337,10 +356,12 @@ def _common(p: argparse.ArgumentParser, measure: bool = True) -> None:
     )
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     if measure:
-        p.add_argument("--rounds", type=int, help="timing rounds (fresh processes) per arm")
-        p.add_argument("--max-rounds", type=int, help="ceiling for inconclusive cases")
+        p.add_argument(
+            "--rounds", type=positive_int, help="timing rounds (fresh processes) per arm"
+        )
+        p.add_argument("--max-rounds", type=positive_int, help="ceiling for inconclusive cases")
         p.add_argument("--seed", type=int, help="input seed (default: fresh every run)")
-        p.add_argument("--out", type=Path, help=f"results JSON (default {DEFAULT_OUT})")
+        p.add_argument("--out", type=Path, help=out_help)
         p.add_argument("--markdown", help="also write the Markdown summary here")
         p.add_argument("--history", metavar="DB", help=cli_report.HISTORY_HELP)
         p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
@@ -407,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("baseline", help="manage baselines")
     bsub = p.add_subparsers(dest="baseline_command", required=True)
     r = bsub.add_parser("refresh", help="rerun the suite here and rewrite baselines/<gpu>.json")
-    _common(r)
+    _common(r, out_help="also write the measured results JSON here (a copy of the baseline)")
     r.add_argument("--dir", default=str(core.DEFAULT_BASELINES), help="baseline folder")
     r.add_argument("--allow-cpu", action="store_true", help="allow a CPU baseline")
     r.set_defaults(func=cmd_baseline_refresh)
@@ -415,7 +436,66 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _ReaderGone:
+    """stdout or stderr, for as long as someone reads it.
+
+    ``guard compare a b | head -1``: once ``head`` exits, a write raises
+    ``BrokenPipeError``. The Python docs' "Note on SIGPIPE" says to point the file
+    descriptor at ``os.devnull`` and exit quietly; this does that at the first failed
+    write and lets the command finish, so that its files (results, Markdown, HTML)
+    are written and it exits with its own code (0 pass, 1 regression, ...), not 1
+    and a traceback.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def _drop(self) -> None:
+        self.gone = True
+        # Whatever is still buffered goes to devnull at the next (or the final) flush.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+        except OSError:
+            return
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            pass  # not a real file (tests' capture): nothing is written to it any more
+        finally:
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, ...
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _ReaderGone(sys.stdout), _ReaderGone(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = saved
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -424,7 +504,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except GuardError as exc:
-        print(f"guard: error: {exc}", file=sys.stderr)
+        print(f"guard: error: {render.one_line(exc)}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("guard: interrupted; no results or baselines were written", file=sys.stderr)

@@ -48,6 +48,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             gpu_slug=run.environment.gpu_slug,
             limit=args.history_limit,
         )
+        for t in trends.values():
+            if t.skipped:
+                print(f"[guard] {render.one_line(t.skipped_note(args.history))}", file=sys.stderr)
     if args.html:
         results.write_atomic(args.html, report.html_report(run, comparison, trends=trends))
     markdown = (
@@ -83,6 +86,8 @@ def cmd_history(args: argparse.Namespace) -> int:
         alpha=args.alpha,
         min_effect=args.min_effect,
     )
+    if trend.skipped:
+        print(f"[guard] {render.one_line(trend.skipped_note(args.db))}", file=sys.stderr)
     if args.json:
         cli._emit_json(history.trend_json(trend))
         return 0
@@ -93,13 +98,16 @@ def cmd_history(args: argparse.Namespace) -> int:
     )
     others = [g for g in trend.gpu_slugs if g != trend.gpu_slug]
     if others:
-        print(f"also measured on: {', '.join(others)} (pick one with --gpu)")
+        print(render.one_line(f"also measured on: {', '.join(others)} (pick one with --gpu)"))
     if trend.steps:
         for s in trend.steps:
             p = trend.points[s.index]
             print(
-                f"step at {p.commit[:10] or '?'} ({p.created[:10]}): {s.kind}, "
-                f"{render.fmt_time(s.before)} -> {render.fmt_time(s.after)} ({s.ratio:.3f}x)"
+                render.one_line(
+                    f"step at {p.commit[:10] or '?'} ({p.created[:10]}): {s.kind}, "
+                    f"{render.fmt_time(s.before)} -> {render.fmt_time(s.after)} "
+                    f"({s.ratio:.3f}x)"
+                )
             )
     else:
         print("no step change detected")
@@ -108,6 +116,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``report`` and ``history`` to the ``guard`` subcommands."""
+    cli = _cli()
     p = sub.add_parser(
         "report",
         help="write the HTML report (and Markdown) for a results file",
@@ -123,7 +132,11 @@ def register(sub: Any) -> None:
         "--history", metavar="DB", type=Path, help="draw each case's history from this DB"
     )
     p.add_argument(
-        "--history-limit", type=int, default=60, metavar="N", help="last N runs (default 60)"
+        "--history-limit",
+        type=cli.positive_int,
+        default=60,
+        metavar="N",
+        help="last N runs (default 60)",
     )
     p.add_argument("--alpha", type=float, default=0.01, help="family false-alarm rate")
     p.add_argument("--report-url", default="", help="link the Markdown to the HTML report")
@@ -141,7 +154,7 @@ def register(sub: Any) -> None:
         "--db", type=Path, default=history.DEFAULT_DB, help=f"default {history.DEFAULT_DB}"
     )
     h.add_argument("--gpu", metavar="SLUG", help="GPU slug (default: the last one measured)")
-    h.add_argument("--limit", type=int, metavar="N", help="only the last N runs")
+    h.add_argument("--limit", type=cli.positive_int, metavar="N", help="only the last N runs")
     h.add_argument("--alpha", type=float, default=0.01, help="false-step rate per scan")
     h.add_argument(
         "--min-effect",

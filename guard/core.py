@@ -304,13 +304,13 @@ def refresh_baseline(
     allow_cpu: bool = False,
 ) -> RefreshOutcome:
     """Measure the suite here and rewrite ``<directory>/<gpu>.json`` atomically."""
-    measured = run(suite, opts, progress, full=True)
-    if measured.environment.device != "cuda" and not allow_cpu:
+    device, reason = guard_env.pick_device(opts.device)  # before measuring, not after
+    if device != "cuda" and not allow_cpu:
         raise InfraError(
-            "baseline refresh needs a GPU: "
-            f"{measured.environment.cpu_fallback_reason or 'no CUDA device'} "
+            f"baseline refresh needs a GPU: {reason or 'no CUDA device'} "
             "(pass --allow-cpu to record a CPU baseline anyway)"
         )
+    measured = run(suite, opts, progress, full=True)
     if measured.correctness_failures:
         ids = ", ".join(c.id for c in measured.correctness_failures[:5])
         raise GuardError(f"refusing to write a baseline: wrong results in {ids}", ExitCode.FAIL)

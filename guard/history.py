@@ -2,16 +2,25 @@
 
 ``append(run, db)`` stores, for every timed case of a run, the median of all its
 samples and the median of each round, with the run's commit, date, GPU slug and
-suite hash. ``trend(db, case_id)`` reads one case's series back in the order the
-runs were made, on one GPU (timings from two GPU models never share a series), and
-flags its step changes with ``detect_steps``.
+suite hash. A run is identified by a hash of its whole content (``run_key``): the
+same run appended twice is stored once, two runs made in the same second of one
+commit (concurrent CI jobs) are two runs. ``trend(db, case_id)`` reads one case's
+series back in the order the runs were made, on one GPU (timings from two GPU models
+never share a series), and flags its step changes with ``detect_steps``.
 
 The store is one SQLite file (stdlib ``sqlite3``; default ``.guard/history.sqlite``)
 so that CI can cache or upload it like any artifact. Its format is versioned with
 SQLite's ``user_version``, independently of the package version:
   1 (2026-11): first version.
-Readers migrate older files and refuse newer ones; any other failure to read raises
-``BadInput`` naming the file.
+  2 (2026-11): ``runs.run_key`` (the run's content hash) identifies a run; the
+     UNIQUE (created, commit_sha, gpu_slug, suite_hash) key is gone (two runs of one
+     commit in the same second were stored as one). Readers read format 1 as it is
+     (they do not use ``run_key``); the next append migrates it.
+Writers migrate older files, readers and writers refuse newer ones; any other
+failure to read raises ``BadInput`` naming the file. A row that does not hold what
+the schema says (a text median, broken ``round_medians`` JSON, a NULL threshold, a
+median that is not a positive time: a file edited or written by something else) is
+left out of the trend and counted in ``Trend.skipped``, with its run and the reason.
 
 Change points: why a scan of t-tests, not a library
 ---------------------------------------------------
@@ -42,7 +51,9 @@ rate and a minimal effect. scipy is already a dependency.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
+import math
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -52,16 +63,18 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from guard import stats
+from guard import results, stats
 from guard.errors import BadInput
 from guard.results import OK, RunResult
 
 DEFAULT_DB = Path(".guard/history.sqlite")
-HISTORY_SCHEMA_VERSION = 1
+HISTORY_SCHEMA_VERSION = 2
+OLDEST_READABLE_VERSION = 1  # readers read 1..HISTORY_SCHEMA_VERSION without migrating
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
+_RUNS = """
+CREATE TABLE IF NOT EXISTS {name} (
     id INTEGER PRIMARY KEY,
+    run_key TEXT UNIQUE,            -- sha256 of the run's results JSON; NULL before v2
     created TEXT NOT NULL,          -- the run's own timestamp (ISO 8601, UTC)
     commit_sha TEXT NOT NULL,
     commit_dirty INTEGER NOT NULL,
@@ -73,9 +86,17 @@ CREATE TABLE IF NOT EXISTS runs (
     suite_hash TEXT NOT NULL,
     torch TEXT NOT NULL,
     triton TEXT NOT NULL,
-    driver TEXT NOT NULL,
-    UNIQUE (created, commit_sha, gpu_slug, suite_hash)
+    driver TEXT NOT NULL
 );
+"""
+_RUN_COLUMNS = (
+    "id, created, commit_sha, commit_dirty, branch, device, gpu_name, gpu_slug, suite_name,"
+    " suite_hash, torch, triton, driver"
+)
+
+_SCHEMA = (
+    _RUNS.format(name="runs")
+    + """
 CREATE TABLE IF NOT EXISTS case_medians (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     case_id TEXT NOT NULL,
@@ -90,9 +111,21 @@ CREATE TABLE IF NOT EXISTS case_medians (
 );
 CREATE INDEX IF NOT EXISTS case_medians_by_case ON case_medians (case_id);
 """
+)
+
+
+def migrate_to_2(conn: sqlite3.Connection) -> None:
+    """Rebuild ``runs`` without the (created, commit, GPU, suite) key, with ``run_key``
+    (NULL for the runs already stored). SQLite cannot drop a constraint in place: a
+    new table, a copy, a rename (foreign keys are off meanwhile: see ``_migrate``)."""
+    conn.execute(_RUNS.format(name="runs_v2"))
+    conn.execute(f"INSERT INTO runs_v2 ({_RUN_COLUMNS}) SELECT {_RUN_COLUMNS} FROM runs")
+    conn.execute("DROP TABLE runs")
+    conn.execute("ALTER TABLE runs_v2 RENAME TO runs")
+
 
 # MIGRATIONS[n] turns a version n-1 store into version n (in place, in a transaction).
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: migrate_to_2}
 
 
 @dataclass(frozen=True)
@@ -141,6 +174,17 @@ class Trend:
     points: tuple[HistoryPoint, ...]
     steps: tuple[Step, ...]
     gpu_slugs: tuple[str, ...] = ()  # every GPU the case has history on
+    skipped: tuple[str, ...] = ()  # rows left out as unreadable: "run N: why"
+
+    def skipped_note(self, db: str | Path) -> str:
+        """One line saying how many rows were left out and why ("" when none)."""
+        if not self.skipped:
+            return ""
+        shown = "; ".join(self.skipped[:3]) + ("; ..." if len(self.skipped) > 3 else "")
+        return (
+            f"{db}: skipped {len(self.skipped)} unreadable row(s) of {self.case_id!r} "
+            f"on {self.gpu_slug} ({shown})"
+        )
 
     @property
     def timed(self) -> list[HistoryPoint]:
@@ -268,35 +312,66 @@ def _check_version(conn: sqlite3.Connection, path: Path, *, create: bool) -> Non
     if version == 0:
         raise BadInput(f"{path}: not a guard history database (no format version)")
     if not create:
+        if version >= OLDEST_READABLE_VERSION:
+            return
         raise BadInput(f"{path}: history format {version} is old; append a run to upgrade it")
-    with conn:
-        for target in range(version + 1, HISTORY_SCHEMA_VERSION + 1):
-            MIGRATIONS[target](conn)
-        conn.execute(f"PRAGMA user_version = {HISTORY_SCHEMA_VERSION}")
+    _migrate(conn)
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Run the migrations one version at a time, each in its own write transaction.
+
+    Foreign keys are off meanwhile: rebuilding ``runs`` drops the old table, which
+    with them on would delete every case row through ON DELETE CASCADE. The version
+    is read again under the write lock, so that two processes upgrading one file at
+    once migrate it once.
+    """
+    conn.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: before BEGIN
+    try:
+        for target in sorted(MIGRATIONS):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if int(conn.execute("PRAGMA user_version").fetchone()[0]) < target:
+                    MIGRATIONS[target](conn)
+                    conn.execute(f"PRAGMA user_version = {target}")
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+    finally:
+        conn.execute("PRAGMA foreign_keys = ON")
+
+
+def run_key(run: RunResult) -> str:
+    """A run's identity in the store: the hash of its whole results JSON (samples,
+    environment, date), so that appending it again is a no-op and two runs never
+    share a key by coming in the same second."""
+    text = json.dumps(results.to_json(run), sort_keys=True, allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def append(run: RunResult, db: str | Path = DEFAULT_DB) -> int | None:
     """Store the run's per-case medians; return its row id (None: nothing was timed).
 
-    Appending the same run twice (same date, commit, GPU and suite hash) stores it once.
+    Appending the same run twice stores it once (``run_key``); two different runs
+    are two rows whatever their dates.
     """
     timed = [c for c in run.cases if c.status == OK and c.rounds]
     if not timed:
         return None
     env = run.environment
-    key = (run.created, env.commit, env.gpu_slug, run.suite_hash)
+    key = run_key(run)
     with _connect(db, create=True) as conn, conn:
-        row = conn.execute(
-            "SELECT id FROM runs WHERE created=? AND commit_sha=? AND gpu_slug=? AND suite_hash=?",
-            key,
-        ).fetchone()
+        conn.execute("BEGIN IMMEDIATE")  # the look-up and the insert under one write lock
+        row = conn.execute("SELECT id FROM runs WHERE run_key = ?", (key,)).fetchone()
         if row is not None:
             return int(row[0])
         cur = conn.execute(
-            "INSERT INTO runs (created, commit_sha, commit_dirty, branch, device, gpu_name,"
-            " gpu_slug, suite_name, suite_hash, torch, triton, driver)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO runs (run_key, created, commit_sha, commit_dirty, branch, device,"
+            " gpu_name, gpu_slug, suite_name, suite_hash, torch, triton, driver)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
+                key,
                 run.created,
                 env.commit,
                 int(env.commit_dirty),
@@ -342,21 +417,56 @@ ORDER BY r.created, r.id
 """
 
 
+class _BadRow(ValueError):
+    """A stored row that does not hold what the schema says; the message says why."""
+
+
+def _time(value: Any, column: str) -> float:
+    """A stored time: a finite positive number (SQLite hands back whatever was put in)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _BadRow(f"{column} is not a number ({value!r:.40})")
+    if not (math.isfinite(value) and value > 0):
+        raise _BadRow(f"{column} is not a positive time ({value!r})")
+    return float(value)
+
+
+def _text(value: Any, column: str) -> str:
+    if value is None:
+        raise _BadRow(f"{column} is NULL")
+    return str(value)
+
+
 def _point(row: tuple[Any, ...]) -> HistoryPoint:
+    """One row as a point; ``_BadRow`` when a column does not hold what it should."""
+    try:
+        rounds = json.loads(row[9]) if isinstance(row[9], str) else None
+    except (ValueError, RecursionError):
+        rounds = None
+    if not isinstance(rounds, list):
+        raise _BadRow(f"round_medians is not a JSON list ({row[9]!r:.40})")
+    min_effect = row[11]
+    if (
+        isinstance(min_effect, bool)
+        or not isinstance(min_effect, (int, float))
+        or not 0.0 <= min_effect < 1.0
+    ):
+        raise _BadRow(f"min_effect is not a fraction in [0, 1) ({min_effect!r:.40})")
+    if isinstance(row[0], bool) or not isinstance(row[0], int):
+        raise _BadRow(f"run id is not an integer ({row[0]!r:.40})")
     return HistoryPoint(
-        run_id=int(row[0]),
-        created=str(row[1]),
-        commit=str(row[2]),
+        run_id=row[0],
+        created=_text(row[1], "created"),
+        commit=_text(row[2], "commit_sha"),
         commit_dirty=bool(row[3]),
-        branch=str(row[4]),
-        gpu_slug=str(row[5]),
-        suite_hash=str(row[6]),
-        status=str(row[7]),
-        median=None if row[8] is None else float(row[8]),
-        round_medians=tuple(float(x) for x in json.loads(row[9])),
-        host_median=None if row[10] is None else float(row[10]),
-        min_effect=float(row[11]),
-        kernel_hash=str(row[12]),
+        branch=_text(row[4], "branch"),
+        gpu_slug=_text(row[5], "gpu_slug"),
+        suite_hash=_text(row[6], "suite_hash"),
+        status=_text(row[7], "status"),
+        median=None if row[8] is None else _time(row[8], "median"),
+        round_medians=tuple(_time(x, "round_medians[]") for x in rounds),
+        host_median=None if row[10] is None else _time(row[10], "host_median"),
+        min_effect=float(min_effect),
+        kernel_hash=_text(row[12], "kernel_hash"),
     )
 
 
@@ -382,7 +492,13 @@ def _trend(
     if not gpus or (gpu_slug is not None and gpu_slug not in gpus):
         return None
     gpu = gpu_slug or gpus[0]
-    points = [_point(r) for r in conn.execute(_POINT_SQL, (case_id, gpu)).fetchall()]
+    points: list[HistoryPoint] = []
+    skipped: list[str] = []
+    for row in conn.execute(_POINT_SQL, (case_id, gpu)).fetchall():
+        try:
+            points.append(_point(row))
+        except _BadRow as exc:
+            skipped.append(f"run {row[0]!r:.20}: {exc}")
     if limit is not None and limit > 0:
         points = points[-limit:]
     timed = [(i, p) for i, p in enumerate(points) if p.median is not None]
@@ -393,7 +509,7 @@ def _trend(
     steps = tuple(
         Step(timed[s.index][0], s.before, s.after, s.p_value) for s in raw
     )  # index into ``points``, failed runs included
-    return Trend(case_id, gpu, tuple(points), steps, tuple(gpus))
+    return Trend(case_id, gpu, tuple(points), steps, tuple(gpus), tuple(skipped))
 
 
 def _check_params(alpha: float, min_effect: float | None) -> None:
@@ -463,6 +579,7 @@ def trend_json(t: Trend) -> dict[str, Any]:
         "case_id": t.case_id,
         "gpu_slug": t.gpu_slug,
         "gpu_slugs": list(t.gpu_slugs),
+        "skipped": list(t.skipped),
         "points": [
             {
                 "run_id": p.run_id,

@@ -241,6 +241,8 @@ def _history(trend: Trend | None) -> tuple[str, tuple[str, ...], str]:
         for s in trend.steps
     )
     note = f"{len(pts)} run(s) on {trend.gpu_slug}"
+    if trend.skipped:
+        note += f"; {len(trend.skipped)} unreadable row(s) left out"
     others = [g for g in trend.gpu_slugs if g != trend.gpu_slug]
     if others:
         note += f"; also measured on {', '.join(others)} (not shown)"

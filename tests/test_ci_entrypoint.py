@@ -247,7 +247,8 @@ def test_regression_at_three_times_the_delay(repo: Repo, tmp_path: Path) -> None
     assert r.code == 1, _why(r)
     assert r.outputs["exit_code"] == "1" and r.outputs["verdict"] == "regression"
     errors = [line for line in r.stdout.splitlines() if line.startswith("::error")]
-    assert any("Performance regression: fault_slow/" in line for line in errors), r.stdout
+    # the title is a workflow-command property: ":" escaped as GitHub's toolkit does
+    assert any("title=Performance regression%3A fault_slow/" in line for line in errors), r.stdout
     assert "fault_slow/b1-h2-s32-d16-full-float32" in r.summary
     assert "regression" in r.summary
     moved = {c["id"]: c for c in r.meta["moved"]}
@@ -310,3 +311,34 @@ def test_split_json() -> None:
     assert data == {"a": 1} and lines == ["::error title=x::y"]
     assert _split_json("") == (None, [])
     assert _split_json("not json")[0] is None
+
+
+def test_annotations_and_summary_hold_data_not_commands(tmp_path, monkeypatch, capsys) -> None:
+    """A case name or a crash message with a newline, HTML, backticks or a fence: one
+    workflow command per annotation, a summary that renders it as text, and a
+    traceback the runner shows without running."""
+    from guard import ci
+
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    ci.annotate("error", "Wrong results: a\n::error::x", "m\r\n::warning::y", file="b,c:d")
+    assert capsys.readouterr().out == (
+        "::error file=b%2Cc%3Ad,title=Wrong results%3A a%0A%3A%3Aerror%3A%3Ax"
+        "::m%0D%0A::warning::y\n"
+    )
+    evil = "bad ```\n</details>\n<img src=x onerror=alert(1)>\n::error::pwned | *x*"
+    outcome = ci._crashed("guard compare", RuntimeError(evil))
+    assert outcome.exit_code == 3
+    out, err = capsys.readouterr()
+    assert [line for line in out.splitlines() if line.startswith("::")] == [
+        line for line in out.splitlines() if line.startswith("::error title=perf-guard crashed::")
+    ]
+    token = err.splitlines()[0].removeprefix("::stop-commands::")
+    assert len(token) == 32 and err.rstrip().endswith(f"::{token}::")
+    md = summary.read_text()
+    head, block = md.split("<details><summary>traceback</summary>", 1)
+    assert "<img" not in head and "\n" not in head.strip()
+    assert "**guard compare crashed: RuntimeError: bad \\`\\`\\` &lt;/details&gt;" in head
+    fence = block.strip().splitlines()[0]
+    assert fence == "````" and block.rstrip().endswith(f"{fence}\n\n</details>")

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -131,7 +134,7 @@ def test_refresh_then_compare_pass_and_regression(tmp_path, capsys, monkeypatch)
     out = capsys.readouterr().out
     verdicts = json.loads(out[: out.index("::error")])
     assert verdicts["cases"][0]["verdict"] == "regression"
-    assert "::error title=Performance regression: fault_slow/" in out
+    assert "::error title=Performance regression%3A fault_slow/" in out
 
     # The same two files compared directly.
     assert main(["compare", str(tmp_path / "same.json"), str(tmp_path / "slow.json")]) == 1
@@ -284,14 +287,50 @@ def test_compare_against_git_ref(tmp_path):
     assert not _git(repo, "worktree", "list").strip().count("\n")  # worktree removed
 
 
-def test_ctrl_c_leaves_nothing_half_written_and_no_worker(tmp_path):
-    """SIGINT mid-run: exit 130, no results file, the hung worker is gone, rerun works."""
-    import shutil
-    import signal
-    import time
+def _processes_marked(marker: str) -> dict[int, str]:
+    """pid -> command line of every live process whose environment holds ``marker``.
 
-    if shutil.which("pgrep") is None:
-        pytest.skip("pgrep (procps) is needed to look for leftover workers")
+    The marker is set for the guard this test starts and inherited by its workers,
+    which run in sessions of their own (so a process-group or parent-chain walk could
+    miss them once their parent is gone); another user's or test's guard never has
+    it. Zombies have an empty environment and do not count.
+    """
+    needle = marker.encode()
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile, or another user's
+            continue
+        if needle in environ.split(b"\0"):
+            found[int(entry.name)] = cmdline.replace(b"\0", b" ").decode(errors="replace")
+    return found
+
+
+def test_ctrl_c_leaves_nothing_half_written_and_no_worker(tmp_path):
+    """SIGINT mid-run: exit 130, no results file, the hung worker is gone, rerun works.
+
+    Only this test's processes are looked at (an environment marker), so a guard run
+    by someone else on the machine, here a decoy named like a worker, changes nothing.
+    """
+    if not Path("/proc/self/environ").exists():
+        pytest.skip("needs /proc to find this test's worker processes")
+    marker = f"GUARD_TEST_MARKER={uuid.uuid4().hex}"
+    decoy = subprocess.Popen(  # someone else's worker, as pgrep -f guard.worker saw it
+        [sys.executable, "-c", "import time; time.sleep(600)", "guard.worker"],
+        start_new_session=True,
+    )
+    try:
+        _interrupt_and_check(tmp_path, marker)
+    finally:
+        decoy.kill()
+        decoy.wait()
+
+
+def _interrupt_and_check(tmp_path: Path, marker: str) -> None:
     suite = suite_file(tmp_path, ["fault_hang"], timeout=600)
     out = tmp_path / "r.json"
     cmd = [
@@ -306,16 +345,23 @@ def test_ctrl_c_leaves_nothing_half_written_and_no_worker(tmp_path):
         str(out),
         *FAULTS,
     ]
+    key, value = marker.split("=", 1)
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, key: value},
     )
-    marker = "guard.worker"
+
+    def workers() -> dict[int, str]:
+        return {pid: cmd for pid, cmd in _processes_marked(marker).items() if "guard.worker" in cmd}
+
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait until the worker is up (and hanging)
-        ps = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
-        if ps.strip():
-            break
+    while time.monotonic() < deadline and not workers():  # until the worker is up (hanging)
         time.sleep(0.5)
+    assert workers(), "the guard started no worker"
     time.sleep(3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -324,8 +370,7 @@ def test_ctrl_c_leaves_nothing_half_written_and_no_worker(tmp_path):
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     time.sleep(1)
-    leftover = subprocess.run(["pgrep", "-f", f"{marker}"], capture_output=True, text=True)
-    assert leftover.stdout.strip() == "", "a worker outlived the interrupted guard"
+    assert _processes_marked(marker) == {}, "a process outlived the interrupted guard"
     # A rerun starts cleanly.
     ok_suite = suite_file(tmp_path, ["reference"])
     assert main(["run", "--suite", str(ok_suite), "-q", "--out", str(out)]) == 0

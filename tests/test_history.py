@@ -48,6 +48,121 @@ def test_append_is_idempotent(tmp_path: Path) -> None:
     assert len(history.trend(db, CASE).points) == 1
 
 
+def test_runs_of_one_commit_in_the_same_second_are_two_runs(tmp_path: Path) -> None:
+    """Concurrent CI jobs: same date (to the second), commit, GPU and suite, other
+    samples. Both are kept; appending either again still stores nothing new."""
+    db = tmp_path / "h.sqlite"
+    first, other = data.history_runs(n=2)
+    second = replace(other, created=first.created, environment=first.environment)
+    ids = [history.append(first, db), history.append(second, db)]
+    assert ids[0] != ids[1]
+    assert history.append(second, db) == ids[1] and history.append(first, db) == ids[0]
+    points = history.trend(db, CASE).points
+    assert [p.run_id for p in points] == ids
+    assert points[0].median != points[1].median
+
+
+# The format-1 schema, as 2026-11's guard wrote it (a fixture of the old version).
+V1_SCHEMA = """
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY, created TEXT NOT NULL, commit_sha TEXT NOT NULL,
+    commit_dirty INTEGER NOT NULL, branch TEXT NOT NULL, device TEXT NOT NULL,
+    gpu_name TEXT NOT NULL, gpu_slug TEXT NOT NULL, suite_name TEXT NOT NULL,
+    suite_hash TEXT NOT NULL, torch TEXT NOT NULL, triton TEXT NOT NULL,
+    driver TEXT NOT NULL, UNIQUE (created, commit_sha, gpu_slug, suite_hash)
+);
+CREATE TABLE case_medians (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    case_id TEXT NOT NULL, kernel TEXT NOT NULL, status TEXT NOT NULL, median REAL,
+    round_medians TEXT NOT NULL, host_median REAL, min_effect REAL NOT NULL,
+    kernel_hash TEXT NOT NULL, PRIMARY KEY (run_id, case_id)
+);
+CREATE INDEX case_medians_by_case ON case_medians (case_id);
+PRAGMA user_version = 1;
+"""
+
+
+def test_format_1_is_read_as_is_and_migrated_by_an_append(tmp_path: Path) -> None:
+    db = tmp_path / "v1.sqlite"
+    first, other = data.history_runs(n=2)
+    with sqlite3.connect(db) as conn:
+        conn.executescript(V1_SCHEMA)
+        conn.execute(
+            "INSERT INTO runs VALUES (7, ?, ?, 0, 'main', 'cuda', 'H1', ?, 's', ?, 't', 't', 'd')",
+            (first.created, first.environment.commit, first.environment.gpu_slug, first.suite_hash),
+        )
+        conn.execute(
+            "INSERT INTO case_medians VALUES (7, ?, 'triton_flash', 'ok', 2e-5, '[2e-5]', NULL,"
+            " 0.02, 'k')",
+            (CASE,),
+        )
+    assert [p.run_id for p in history.trend(db, CASE).points] == [7]  # read-only: as it is
+    second = replace(other, created=first.created, environment=first.environment)
+    new_id = history.append(second, db)  # the old key would have called it run 7
+    assert new_id != 7
+    points = history.trend(db, CASE).points
+    assert [p.run_id for p in points] == [7, new_id]
+    assert points[0].median == pytest.approx(2e-5)  # the rebuild kept the old case rows
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == history.HISTORY_SCHEMA_VERSION
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+
+
+def _loosen(db: Path) -> None:
+    """Drop case_medians' NOT NULL constraints, as a file written by another tool might."""
+    with sqlite3.connect(db) as conn:
+        conn.executescript(
+            "CREATE TABLE loose AS SELECT * FROM case_medians; DROP TABLE case_medians;"
+            " ALTER TABLE loose RENAME TO case_medians;"
+        )
+
+
+BAD_ROWS = {
+    1: ("median = 'fast'", "median is not a number ('fast')"),
+    2: ("round_medians = '[1e-5, '", "round_medians is not a JSON list"),
+    3: ("round_medians = '[[2e-5], [2e-5]]'", "round_medians[] is not a number ([2e-05])"),
+    4: ("min_effect = NULL", "min_effect is not a fraction in [0, 1) (None)"),
+    5: ("median = -2e-5", "median is not a positive time (-2e-05)"),
+    6: ("median = 0", "median is not a positive time (0.0)"),
+}
+
+
+def test_unreadable_rows_are_skipped_and_counted(tmp_path: Path, capsys) -> None:
+    """Rows that do not hold what the schema says are left out of the trend, with a
+    note naming the database, how many and why; `guard history` and `guard report
+    --history` still exit 0."""
+    db = tmp_path / "h.sqlite"
+    runs = data.history_runs(n=10)
+    ids = [history.append(r, db) for r in runs]
+    _loosen(db)
+    with sqlite3.connect(db) as conn:
+        for index, (change, _) in BAD_ROWS.items():
+            conn.execute(
+                f"UPDATE case_medians SET {change} WHERE run_id = ? AND case_id = ?",
+                (ids[index], CASE),
+            )
+    t = history.trend(db, CASE)
+    assert [p.run_id for p in t.points] == [i for k, i in enumerate(ids) if k not in BAD_ROWS]
+    assert len(t.skipped) == len(BAD_ROWS)
+    for note, (k, (_, why)) in zip(t.skipped, BAD_ROWS.items(), strict=True):
+        assert note.startswith(f"run {ids[k]}: {why}"), note
+    assert t.skipped_note(db).startswith(f"{db}: skipped 6 unreadable row(s) of {CASE!r}")
+    assert history.trend_json(t)["skipped"] == list(t.skipped)
+
+    from guard import cli, results
+
+    assert cli.main(["history", CASE, "--db", str(db)]) == 0
+    assert f"{db}: skipped 6 unreadable row(s)" in capsys.readouterr().err
+    res = tmp_path / "r.json"
+    results.save(runs[-1], res)
+    assert (
+        cli.main(["report", str(res), "--history", str(db), "--html", str(tmp_path / "r.html")])
+        == 0
+    )
+    assert "skipped 6 unreadable row(s)" in capsys.readouterr().err
+    assert "6 unreadable row(s) left out" in (tmp_path / "r.html").read_text()
+
+
 def test_append_without_timings_stores_nothing(tmp_path: Path) -> None:
     run = data.history_runs(n=1)[0]
     untimed = replace(run, cases=tuple(replace(c, rounds=()) for c in run.cases))

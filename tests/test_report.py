@@ -88,6 +88,85 @@ def test_comparison_markdown_order() -> None:
     assert "Environment differs" in md and "580.82" in md
 
 
+# Names and messages a results file or a kernel may carry: HTML, pipes, backticks,
+# a link, emphasis, a line break that would start a workflow command.
+EVIL_NAME = "x<img src=x onerror=alert(1)>|`t`*b*[a](http://e.invalid)\n::error::pwned"
+EVIL_REASON = "boom | `code` <script>alert(1)</script> [x]: http://e.invalid\r\n> quote"
+TAGS_OF_OURS = {"<details>", "<summary>", "</summary>", "</details>"}
+
+
+def _check_markdown_is_inert(md: str, columns: dict[str, int]) -> None:
+    """No raw HTML but ours, no link but ours, no line started by the data, every
+    table row with its columns (unescaped pipes), backticks paired on every line."""
+    for line in md.splitlines():
+        text = re.sub(r"(`+).*?\1", "", line.replace("\\`", ""))  # code spans are literal
+        text = re.sub(r"\]\(<[^<>\s]*>\)", "](url)", text)  # our link's <destination>
+        assert set(re.findall(r"</?[a-z][^>]*>", text)) <= TAGS_OF_OURS, line
+        assert "`" not in text, line
+        assert not re.search(r"(?<!\\)\]\((?!url\))", text), line
+        assert not line.lstrip().startswith("::"), line
+        assert not line.startswith("> quote"), line
+        if line.startswith("|"):
+            pipes = len(re.findall(r"(?<!\\)\|", line))
+            assert pipes in {n + 1 for n in columns.values()}, line
+
+
+def _evil_comparison():
+    fixed = data.fixed_comparison("fail")
+    cases = tuple(
+        replace(c, case_id=f"{c.kernel}/{EVIL_NAME}{i}", reason=EVIL_REASON if c.reason else "")
+        for i, c in enumerate(fixed.cases)
+    )
+    env = replace(fixed.candidate.environment, gpu_name=EVIL_NAME, torch="2.11 | <b>")
+    return replace(
+        fixed,
+        cases=cases,
+        candidate=replace(fixed.candidate, environment=env),
+        baseline=replace(fixed.baseline, label="base`s <i>label</i>"),
+        environment_diff=(("driver", EVIL_NAME, "580|82"),),
+        notes=(EVIL_REASON,),
+    )
+
+
+def test_comparison_markdown_escapes_data() -> None:
+    md = render.comparison_markdown(_evil_comparison(), report_url="https://e.invalid/a b)")
+    _check_markdown_is_inert(md, {"comparison": 7, "environment": 3})
+    assert "x&lt;img src=x onerror=alert(1)&gt;\\|\\`t\\`\\*b\\*[a\\](http" in md
+    assert "[Full report](<https://e.invalid/a%20b)>)" in md
+    assert "``base`s <i>label</i>``" in md  # a code span: literal, fenced past its backtick
+
+
+def test_run_markdown_escapes_data() -> None:
+    run = data.fixed_run()
+    first = run.cases[2]
+    bad = replace(first, case=replace(first.case, name=EVIL_NAME), reason=EVIL_REASON)
+    run = replace(run, cases=(*run.cases[:2], bad), notes=(EVIL_REASON,))
+    md = render.run_markdown(run, EVIL_REASON)
+    _check_markdown_is_inert(md, {"run": 6})
+    assert "wrong: boom \\| \\`code\\` &lt;script&gt;" in md
+
+
+def test_markdown_escaping_keeps_plain_names() -> None:
+    for name in ("triton_flash/b1-h8-s512-d64-full", "pytest/t.py::test_attn[fp16]", "a-b.c"):
+        assert render.md_text(name) == name
+    assert render.md_text("_x_ a_b") == "\\_x\\_ a_b"
+    assert render.md_code("a`b") == "``a`b``" and render.md_code("`x") == "`` `x ``"
+    assert render.md_block("```\n</details>") == "````\n```\n</details>\n````"
+
+
+def test_annotations_are_one_command_each() -> None:
+    """A newline in a case name or message must not start a second workflow command,
+    nor a "::" in a name end the title early."""
+    lines = render.annotations(_evil_comparison())
+    assert len(lines) == 2  # the regression, the wrong case
+    for line in lines:
+        assert "\n" not in line and "\r" not in line
+        command, props, _ = re.fullmatch(r"::(\w+) ([^:]*)::(.*)", line).groups()
+        assert command == "error" and props.startswith("title=")
+        assert props.endswith("%0A%3A%3Aerror%3A%3Apwned" + props[-1])  # title, escaped
+    assert lines[0].startswith("::error title=Performance regression%3A triton_flash/x<img")
+
+
 # ----------------------------------------------------------------- the HTML
 
 EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//|@import|url\(""", re.I)

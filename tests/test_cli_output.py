@@ -1,0 +1,209 @@
+"""What the ``guard`` command prints, with hostile data: rich markup in names and
+messages, a closed stdout, newlines in workflow commands, bad numbers on the command
+line. In-process (core functions replaced) or on tiny files: no worker, no timing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, make_case, make_run, synthetic_rounds
+
+from guard import cli, core, results
+from guard.results import CRASHED, CaseResult
+
+
+def pytest_benchmark_file(path: Path, names: list[str]) -> Path:
+    """A minimal pytest-benchmark JSON (saved with --benchmark-save-data)."""
+    data = [1.0e-3, 1.1e-3, 0.9e-3, 1.05e-3, 0.95e-3, 1.02e-3]
+    doc = {
+        "machine_info": {"node": "n", "python_version": "3.12"},
+        "commit_info": {"id": "abc"},
+        "benchmarks": [
+            {"name": n.rsplit("::", 1)[-1], "fullname": n, "stats": {"data": data}} for n in names
+        ],
+        "datetime": "2026-11-26T00:00:00",
+        "version": "5.1.0",
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+# ------------------------------------------------------------ rich markup
+
+
+def test_bracketed_names_print_as_written(tmp_path: Path, capsys) -> None:
+    """pytest-benchmark names carry their parameters in brackets: two rows, not two
+    identical `test_attn` rows (rich took `[fp16]` for a style)."""
+    names = ["test_c.py::test_attn[fp16]", "test_c.py::test_attn[bf16]", "test_c.py::t[red]"]
+    a = pytest_benchmark_file(tmp_path / "a.json", names)
+    b = pytest_benchmark_file(tmp_path / "b.json", names)
+    assert cli.main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "test_attn[fp16]" in out and "test_attn[bf16]" in out and "t[red]" in out
+
+
+def test_markup_in_a_kernel_message_keeps_the_exit_code(tmp_path, tiny_suite, monkeypatch, capsys):
+    """A crash whose message holds `[/]`: the run table shows it, the exit code is 3."""
+    case = make_case(kernel="reference", name="b[red]x")
+    run = make_run({case: synthetic_rounds(np.random.default_rng(1), 1e-3)})
+    crashed = CaseResult(case, CRASHED, reason="RuntimeError: bad [/] tag [bold]x")
+    run = replace(run, cases=(crashed,))
+    monkeypatch.setattr(core, "run", lambda suite, opts, progress: run)
+    out = tmp_path / "r.json"
+    assert cli.main(["run", "--suite", str(tiny_suite), "--out", str(out), "-q"]) == 3
+    printed = capsys.readouterr().out
+    assert "bad [/] tag [bold]x" in printed.replace("\n", "")  # folded by the table
+    assert "reference/b[red]x" in printed
+    assert results.load(out).cases[0].reason == crashed.reason
+
+
+def test_progress_bar_shows_markup_as_text() -> None:
+    """The live bar's description is rich markup: the case name goes in escaped."""
+    from rich.text import Text
+
+    from guard.runner import Progress
+
+    printer = cli.ProgressPrinter(True)
+    printer.live = True
+    try:
+        printer(Progress("time", "candidate", 1, 2, "reference/x[/]y[red]", 0, 1))
+        shown = Text.from_markup(printer._bar.tasks[0].description).plain
+        assert shown == "time candidate round 1/2 reference/x[/]y[red]"
+    finally:
+        printer.close()
+
+
+# ------------------------------------------------------------ closed stdout
+
+
+@pytest.mark.parametrize("fmt", [[], ["--json"]])
+def test_closed_stdout_exits_quietly_with_the_verdict(tmp_path: Path, fmt: list[str]) -> None:
+    """`guard compare a b | head -1`: the reader is gone before the guard writes (the
+    read end is closed before it starts). It still writes its files and exits with its
+    own code, with no traceback."""
+    a = pytest_benchmark_file(tmp_path / "a.json", ["t.py::test_a", "t.py::test_b"])
+    md = tmp_path / "summary.md"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "guard", "compare", str(a), str(a), "--markdown", str(md), *fmt],
+            cwd=ROOT,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+    assert md.read_text().startswith("## Performance guard")
+
+
+# ------------------------------------------------------------ numbers and flags
+
+
+def _refuse_to_measure(*args, **kw):
+    raise AssertionError("measured although the command line was bad")
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["run", "--rounds", "-3"], "--rounds"),
+        (["run", "--rounds", "0"], "--rounds"),
+        (["check", "--max-rounds", "0"], "--max-rounds"),
+        (["compare", "--rounds", "1.5"], "--rounds"),
+        (["report", "r.json", "--history-limit", "0"], "--history-limit"),
+    ],
+)
+def test_bad_numbers_exit_two_naming_the_flag(tiny_suite, monkeypatch, capsys, argv, flag):
+    monkeypatch.setattr(core, "run", _refuse_to_measure)
+    monkeypatch.setattr(core, "check", _refuse_to_measure)
+    code = cli.main([*argv, "--suite", str(tiny_suite)] if argv[0] != "report" else argv)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: must be" in err and "Traceback" not in err
+
+
+def test_history_limit_zero_is_refused(tmp_path: Path, capsys) -> None:
+    import report_data
+
+    from guard import history
+
+    db = tmp_path / "h.sqlite"
+    for run in report_data.history_runs(n=3):
+        history.append(run, db)
+    case_id = "triton_flash/b1-h8-s512-d64-full"
+    assert cli.main(["history", case_id, "--db", str(db), "--limit", "0"]) == 2
+    assert "argument --limit: must be a positive integer, got '0'" in capsys.readouterr().err
+    assert cli.main(["history", case_id, "--db", str(db), "--limit", "2", "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["points"]) == 2
+
+
+def test_refresh_without_gpu_refuses_before_measuring(tmp_path, tiny_suite, monkeypatch, capsys):
+    from guard import env as guard_env
+
+    monkeypatch.setattr(guard_env, "pick_device", lambda requested="auto": ("cpu", "no GPU (test)"))
+    monkeypatch.setattr(core, "run", _refuse_to_measure)
+    bdir = tmp_path / "b"
+    argv = ["baseline", "refresh", "--suite", str(tiny_suite), "--dir", str(bdir), "-q"]
+    assert cli.main(argv) == 3
+    assert "baseline refresh needs a GPU: no GPU (test)" in capsys.readouterr().err
+    assert not bdir.exists()
+
+
+def test_refresh_out_writes_the_measured_results(tmp_path, tiny_suite, monkeypatch, capsys):
+    measured = make_run(
+        {make_case(kernel="reference"): synthetic_rounds(np.random.default_rng(2), 1e-3)}
+    )
+    monkeypatch.setattr(core, "run", lambda suite, opts, progress, **kw: measured)
+    out, bdir = tmp_path / "res" / "r.json", tmp_path / "b"
+    argv = ["baseline", "refresh", "--suite", str(tiny_suite), "--dir", str(bdir), "-q"]
+    assert cli.main([*argv, "--allow-cpu", "--out", str(out)]) == 0
+    [baseline] = bdir.glob("*.json")
+    assert results.load(out).cases == results.load(baseline).cases == measured.cases
+
+
+# ------------------------------------------------------------ GitHub output
+
+
+def test_no_baseline_warning_is_one_command(tmp_path, tiny_suite, monkeypatch, capsys) -> None:
+    """The no-verdict reason names a path the user chose: a newline in it must not
+    start a second workflow command, in the ::warning or in the plain lines."""
+    run = make_run(
+        {make_case(kernel="reference"): synthetic_rounds(np.random.default_rng(3), 1e-3)}
+    )
+    reason = "no baseline for this hardware (b\n::error::pwned/x.json does not exist)"
+    monkeypatch.setattr(core, "find_baseline", lambda *a: (None, reason))
+    monkeypatch.setattr(
+        core, "compare_with_baseline", lambda *a, **kw: core.CompareOutcome(run, None, reason)
+    )
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    argv = ["compare", "--suite", str(tiny_suite), "--out", str(tmp_path / "r.json"), "-q"]
+    assert cli.main(argv) == 2
+    commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::")]
+    assert commands == [
+        "::warning title=No baseline::no baseline for this hardware (b%0A::error::pwned/x.json"
+        " does not exist)"
+    ]
+
+
+def test_refresh_summary_escapes_case_names(tmp_path, tiny_suite, monkeypatch) -> None:
+    case = make_case(kernel="reference", name="a|b<img src=x>`c`")
+    measured = make_run({case: synthetic_rounds(np.random.default_rng(4), 1e-3)})
+    monkeypatch.setattr(core, "run", lambda suite, opts, progress, **kw: measured)
+    md = tmp_path / "s.md"
+    argv = ["baseline", "refresh", "--suite", str(tiny_suite), "--dir", str(tmp_path / "b")]
+    assert cli.main([*argv, "--allow-cpu", "-q", "--markdown", str(md)]) == 0
+    row = md.read_text().splitlines()[-1]
+    assert row.startswith("| reference/a\\|b&lt;img src=x&gt;\\`c\\` | — | ")
+    assert row.count("|") - row.count("\\|") == 5
