@@ -5,7 +5,7 @@ collect  (GPU) measure a pool of fresh-process rounds, each timing every suite
          spin longer by 1, 2, 5 and 10 % of the base time ("plus1" ... "plus10").
          Both arms launch the spin, so only its extra length differs.
 analyze  (CPU) form PR-like checks from the pool and apply the guard's rule and the
-         anchor rules of other tools (guard/calibration.py); print the table and
+         anchor rules of other tools (benchmarks/calibration_study.py); print the table and
          optionally write docs/CALIBRATION.md and a JSON summary.
 
 python benchmarks/calibrate.py collect --out DIR --seconds 500          # on the GPU
@@ -217,7 +217,7 @@ def load_pools(paths: list[str]):
 def analyze(args) -> int:
     import numpy as np
 
-    from guard import calibration as cal
+    from benchmarks import calibration_study as cal
 
     docs = load_pools(args.data)
     rounds = [r["samples"] for d in docs for r in d["rounds"]]

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from guard import calibration as cal
+from benchmarks import calibration_study as cal
 from guard.suite import load_suite
 
 DATA = Path(__file__).resolve().parent.parent / "docs" / "data"
