@@ -178,6 +178,12 @@ def compare_case(
         verdict=verdict,
         interval=interval,
         host_ratio=host_ratio,
+        reason=(
+            "the interval is wider than a factor of 1000 either way (too few or too noisy "
+            "rounds for this confidence); measure more rounds"
+            if interval.capped
+            else ""
+        ),
     )
 
 

@@ -70,12 +70,23 @@ class Threshold:
 
 @dataclass(frozen=True)
 class Interval:
-    """A ratio (candidate / baseline) with its confidence interval."""
+    """A ratio (candidate / baseline) with its confidence interval.
+
+    ``capped``: the interval was wider than ``MAX_LOG_HALF_WIDTH`` allows (or the
+    ratio beyond ``MAX_LOG_RATIO``) and was cut there; it decides nothing."""
 
     ratio: float
     low: float
     high: float
     confidence: float
+    capped: bool = False
+
+
+# An interval wider than a factor of 1000 either way says nothing about a threshold of a
+# few percent; cutting it there (and the log ratio at +-600) keeps exp() finite for any
+# finite input (two rounds a side at confidence 0.999 have a t quantile of about 636).
+MAX_LOG_HALF_WIDTH = math.log(1000.0)
+MAX_LOG_RATIO = 600.0
 
 
 def round_medians(rounds: Rounds) -> np.ndarray:
@@ -146,25 +157,52 @@ def ratio_interval(
     resampled tails hold too few points to be read directly.
     Needs at least two rounds in each arm; raises ValueError otherwise.
     """
-    lb = np.log(round_medians(baseline))
-    lc = np.log(round_medians(candidate))
+    lb, lc = _log_medians(baseline), _log_medians(candidate)
     if lb.size < 2 or lc.size < 2:
         raise ValueError("a ratio interval needs at least two rounds in each arm")
     diff = float(_log_mean_diff(lc, lb))
-    if np.ptp(lb) == 0.0 and np.ptp(lc) == 0.0:
-        point = float(np.exp(diff))
-        return Interval(point, point, point, confidence)  # identical rounds: nothing varies
-    res = _bootstrap((lc, lb), _log_mean_diff, rng, n_resamples)
-    n = min(lb.size, lc.size)
-    se = float(res.standard_error) * math.sqrt(n / (n - 1))
-    t = float(sps.t.ppf(0.5 + confidence / 2.0, df=_trimmed_df(lb, lc)))
+    half = 0.0  # identical rounds: nothing varies
+    if np.ptp(lb) > 0.0 or np.ptp(lc) > 0.0:
+        res = _bootstrap((lc, lb), _log_mean_diff, rng, n_resamples)
+        n = min(lb.size, lc.size)
+        se = float(res.standard_error) * math.sqrt(n / (n - 1))
+        t = float(sps.t.ppf(0.5 + confidence / 2.0, df=_trimmed_df(lb, lc)))
+        half = t * se
+    capped = not half <= MAX_LOG_HALF_WIDTH or abs(diff) > MAX_LOG_RATIO  # NaN counts as wide
+    if capped:
+        half = MAX_LOG_HALF_WIDTH
+        diff = min(max(diff, -MAX_LOG_RATIO), MAX_LOG_RATIO)
     return Interval(
-        float(np.exp(diff)), float(np.exp(diff - t * se)), float(np.exp(diff + t * se)), confidence
+        float(np.exp(diff)),
+        float(np.exp(diff - half)),
+        float(np.exp(diff + half)),
+        confidence,
+        capped,
     )
 
 
+def ratio_estimate(baseline: Rounds, candidate: Rounds) -> float:
+    """The ratio ``ratio_interval`` reports, without an interval: for arms too small
+    for one (a single round on either side)."""
+    lb, lc = _log_medians(baseline), _log_medians(candidate)
+    if lb.size < 1 or lc.size < 1:
+        raise ValueError("a ratio needs at least one round in each arm")
+    diff = float(_log_mean_diff(lc, lb))
+    return float(np.exp(min(max(diff, -MAX_LOG_RATIO), MAX_LOG_RATIO)))
+
+
+def _log_medians(rounds: Rounds) -> np.ndarray:
+    meds = round_medians(rounds)
+    if not (np.isfinite(meds).all() and (meds > 0).all()):
+        raise ValueError("times must be finite and positive")
+    return np.log(meds)
+
+
 def classify(interval: Interval, min_effect: float) -> Verdict:
-    """Place an interval against the band [1 - min_effect, 1 + min_effect]."""
+    """Place an interval against the band [1 - min_effect, 1 + min_effect]. A capped
+    interval (too wide to mean anything) is inconclusive whatever its ends say."""
+    if interval.capped:
+        return Verdict.INCONCLUSIVE
     if interval.low > 1.0 + min_effect:
         return Verdict.REGRESSION
     if interval.high < 1.0 - min_effect:
