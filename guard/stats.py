@@ -212,6 +212,21 @@ def classify(interval: Interval, min_effect: float) -> Verdict:
     return Verdict.INCONCLUSIVE
 
 
+# The family false-alarm rates a check may be sized for. Below 1e-6 the per-case level
+# rounds to 1 and every interval is infinitely wide (a 3x slowdown passed with alpha
+# 1e-300); above 0.2 one check in five fails on noise.
+ALPHA_MIN = 1e-6
+ALPHA_MAX = 0.2
+
+
+def check_alpha(alpha: float) -> float:
+    """``alpha`` if it lies in [ALPHA_MIN, ALPHA_MAX]; ValueError otherwise (the
+    readers of the suite file and of ``--alpha`` call this and name their field)."""
+    if not ALPHA_MIN <= alpha <= ALPHA_MAX:  # NaN fails too
+        raise ValueError(f"must lie in [{ALPHA_MIN:g}, {ALPHA_MAX:g}], got {alpha!r}")
+    return alpha
+
+
 def family_confidence(alpha: float, n_tests: int) -> float:
     """Per-case two-sided confidence so that the whole check's one-sided false-alarm
     rate stays under ``alpha`` (Bonferroni over the gated cases: with intervals rather

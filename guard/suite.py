@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from guard import stats
 from guard.errors import BadInput
 from guard.stats import Threshold
 
@@ -255,8 +256,10 @@ def _timing(data: Any, source: str, where: str, base: TimingPlan) -> TimingPlan:
         raise _fail(source, f"{where}.rounds", "needs at least 2 rounds for an interval")
     if plan.max_rounds < plan.rounds:
         raise _fail(source, f"{where}.max_rounds", "must be at least rounds")
-    if not 0 < plan.alpha < 0.5:
-        raise _fail(source, f"{where}.alpha", "must lie in (0, 0.5)")
+    try:
+        stats.check_alpha(plan.alpha)
+    except ValueError as exc:
+        raise _fail(source, f"{where}.alpha", str(exc)) from None
     return plan
 
 
