@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
+from guard.errors import shown
+
 Rounds = Sequence[Sequence[float]]
 
 
@@ -56,12 +58,16 @@ class Threshold:
 
     @classmethod
     def parse(cls, text: str) -> Threshold:
-        match = re.fullmatch(r"\s*median\s*:\s*([0-9]*\.?[0-9]+)\s*%\s*", str(text))
+        if not isinstance(text, str) or len(text) > 40:
+            raise ValueError(
+                f"threshold must be a short string like 'median:2%', got {shown(text)}"
+            )
+        match = re.fullmatch(r"\s*median\s*:\s*([0-9]*\.?[0-9]+)\s*%\s*", text)
         if not match:
-            raise ValueError(f"threshold {text!r} is not of the form 'median:N%'")
+            raise ValueError(f"threshold {shown(text)} is not of the form 'median:N%'")
         value = float(match.group(1)) / 100.0
         if not 0.0 < value < 1.0:
-            raise ValueError(f"threshold {text!r} must lie between 0% and 100%")
+            raise ValueError(f"threshold {shown(text)} must lie between 0% and 100%")
         return cls(min_effect=value)
 
     def __str__(self) -> str:
