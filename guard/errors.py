@@ -49,9 +49,13 @@ def shown(value: object) -> str:
     ``MAX_SHOWN_CHARS`` (saying so), so that a huge value makes no huge message.
     ``reprlib`` looks at a few items per level only, so this is cheap on any value."""
     try:
-        text = _REPR.repr(value)
+        return cut(_REPR.repr(value))
     except ValueError:  # an integer over Python's 4300-digit str() limit
-        text = f"<{type(value).__name__} too large to show>"
+        return f"<{type(value).__name__} too large to show>"
+
+
+def cut(text: str) -> str:
+    """``text`` (a field's path, a name) cut to ``MAX_SHOWN_CHARS``, saying so."""
     if len(text) > MAX_SHOWN_CHARS:
-        text = f"{text[:MAX_SHOWN_CHARS]}... (cut at {MAX_SHOWN_CHARS} characters)"
+        return f"{text[:MAX_SHOWN_CHARS]}... (cut at {MAX_SHOWN_CHARS} characters)"
     return text

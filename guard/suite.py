@@ -269,6 +269,14 @@ def _timing(data: Any, source: str, where: str, base: TimingPlan) -> TimingPlan:
         raise _fail(source, f"{where}.rounds", "needs at least 2 rounds for an interval")
     if plan.max_rounds < plan.rounds:
         raise _fail(source, f"{where}.max_rounds", "must be at least rounds")
+    for key in ("samples_per_round", "host_samples"):
+        if plan.max_rounds * getattr(plan, key) > limits.MAX_SAMPLES_PER_CASE:
+            raise _fail(
+                source,
+                f"{where}.{key}",
+                f"times max_rounds ({plan.max_rounds}) exceeds the limit of "
+                f"{limits.MAX_SAMPLES_PER_CASE} samples per case",
+            )
     try:
         stats.check_alpha(plan.alpha)
     except ValueError as exc:

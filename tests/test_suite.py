@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from guard import limits
 from guard.errors import BadInput
 from guard.suite import flops, load_suite, parse_suite
 
@@ -137,7 +138,7 @@ def _load_text(tmp_path, text):
     ("extra", "message"),
     [
         ("timing: " + "[" * 100_000 + "]" * 100_000, r"line 6: nested deeper than 16 levels"),
-        ("timing: " + "{a: " * 100_000 + "1" + "}" * 100_000, r"line 6: nested deeper than"),
+        ("timing: " + "{a: " * 50_000 + "1" + "}" * 50_000, r"line 6: nested deeper than"),
         ('threshold: "median:2%"\nthreshold: "median:90%"', r"line 7: duplicate key 'threshold'"),
         ("timing: {rounds: 6, rounds: 3}", r"duplicate key 'rounds'"),
         ("timing: {rounds: " + "9" * 5000 + "}", r"line 6: integer of 5000 characters"),
@@ -178,5 +179,11 @@ def test_huge_numbers_and_values_in_messages_are_cut(tmp_path):
 
 
 def test_oversized_suite_file_is_refused_before_parsing(tmp_path):
-    with pytest.raises(BadInput, match=r"over the 1048576-byte limit"):
-        _load_text(tmp_path, SMALL + "#" * (1024 * 1024) + "\n")
+    with pytest.raises(BadInput, match=rf"over the {limits.MAX_SUITE_BYTES}-byte limit"):
+        _load_text(tmp_path, SMALL + "#" * limits.MAX_SUITE_BYTES + "\n")
+
+
+def test_timing_plan_cannot_ask_for_more_samples_than_a_file_may_hold():
+    plan = {"max_rounds": 200, "samples_per_round": limits.MAX_SAMPLES_PER_CASE // 100}
+    with pytest.raises(BadInput, match=r"timing\.samples_per_round: times max_rounds"):
+        parse_suite(bad(timing=plan), "suite.yaml", KNOWN)
