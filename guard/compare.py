@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from guard import stats
-from guard.errors import BadInput, ExitCode
+from guard.errors import BadInput, ExitCode, shown
 from guard.results import INFRA_STATUSES, OK, UNAVAILABLE, WRONG, CaseResult, RunResult
 from guard.stats import Interval, Verdict
 
@@ -130,13 +130,14 @@ def check_comparable(baseline: RunResult, candidate: RunResult) -> None:
     b, c = baseline.environment, candidate.environment
     if b.gpu_slug != c.gpu_slug and "pytest-benchmark" not in (b.gpu_slug, c.gpu_slug):
         raise BadInput(
-            f"{baseline.label}: environment.gpu_slug: baseline is from {b.gpu_name!r} but the "
-            f"candidate ran on {c.gpu_name!r}; timings from different GPUs cannot be compared"
+            f"{baseline.label}: environment.gpu_slug: baseline is from {shown(b.gpu_name)} but "
+            f"the candidate ran on {shown(c.gpu_name)}; timings from different GPUs cannot be "
+            "compared"
         )
     if baseline.suite_name != candidate.suite_name:
         raise BadInput(
-            f"{baseline.label}: suite_name: baseline is from suite {baseline.suite_name!r}, "
-            f"candidate from {candidate.suite_name!r}"
+            f"{baseline.label}: suite_name: baseline is from suite {shown(baseline.suite_name)}, "
+            f"candidate from {shown(candidate.suite_name)}"
         )
 
 

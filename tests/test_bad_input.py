@@ -104,3 +104,15 @@ def test_many_cases_at_the_limit_compare(tmp_path, capsys):
     assert main(["compare", str(a), str(a), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["cases"]) == limits.MAX_CASES
+
+
+def test_huge_names_from_a_file_are_cut_in_error_messages(tmp_path, capsys):
+    a = _save(tmp_path, "a.json", ((1e-4,), (1e-4,)))
+    doc = json.loads(a.read_text())
+    doc["guard"]["environment"]["gpu_name"] = "<img src=x>" * 100_000
+    doc["guard"]["environment"]["gpu_slug"] = "other"
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(doc))
+    assert main(["compare", str(b), str(a)]) == 2
+    err = capsys.readouterr().err
+    assert "cut at 200 characters" in err and len(err) < 1000
