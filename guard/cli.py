@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from guard import cli_report, core, render, results
+from guard import cli_report, core, render, results, stats
 from guard.errors import ExitCode, GuardError
 from guard.runner import Progress
 
@@ -110,6 +110,14 @@ def _write_summary(markdown: str, path: str | None) -> None:
     if summary:
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write(markdown + "\n")
+
+
+def _alpha(text: str) -> float:
+    """``--alpha``: a number in the range guard.stats allows (argparse exits 2 otherwise)."""
+    try:
+        return stats.check_alpha(float(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _emit_json(data: Any) -> None:
@@ -421,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REF",
         help="confirm regressions with a paired rerun against REF on this machine",
     )
-    p.add_argument("--alpha", type=float, default=0.01, help="family false-alarm rate (files)")
+    p.add_argument("--alpha", type=_alpha, default=0.01, help="family false-alarm rate (files)")
     p.add_argument("--html", help="also write the HTML report here")
     p.set_defaults(func=cmd_compare)
 

@@ -138,7 +138,7 @@ def register(sub: Any) -> None:
         metavar="N",
         help="last N runs (default 60)",
     )
-    p.add_argument("--alpha", type=float, default=0.01, help="family false-alarm rate")
+    p.add_argument("--alpha", type=_cli()._alpha, default=0.01, help="family false-alarm rate")
     p.add_argument("--report-url", default="", help="link the Markdown to the HTML report")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=cmd_report)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from guard import stats
-from guard.errors import BadInput, ExitCode
+from guard.errors import BadInput, ExitCode, shown
 from guard.results import INFRA_STATUSES, OK, UNAVAILABLE, WRONG, CaseResult, RunResult
 from guard.stats import Interval, Verdict
 
@@ -40,6 +40,7 @@ class CaseComparison:
     status: Status
     verdict: Verdict | None = None
     interval: Interval | None = None
+    point_ratio: float | None = None  # the ratio alone, where there are too few rounds
     min_effect: float = 0.0
     baseline_median: float | None = None
     candidate_median: float | None = None
@@ -47,6 +48,11 @@ class CaseComparison:
     reason: str = ""
     candidate: CaseResult | None = field(default=None, repr=False, compare=False)
     baseline: CaseResult | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def ratio(self) -> float | None:
+        """The ratio shown: the interval's, or without an interval the ratio alone."""
+        return self.interval.ratio if self.interval is not None else self.point_ratio
 
     @property
     def fails(self) -> bool:
@@ -94,12 +100,20 @@ class Comparison:
             return f"ERROR: {len(errors)} gated case(s) crashed, timed out or failed to build"
         improved = sum(1 for c in self.cases if c.gate and c.verdict is Verdict.IMPROVEMENT)
         inconclusive = sum(1 for c in self.cases if c.gate and c.verdict is Verdict.INCONCLUSIVE)
+        too_few = sum(1 for c in self.cases if c.gate and c.status is Status.TOO_FEW_ROUNDS)
+        if too_few and not any(c.gate and c.verdict is not None for c in self.cases):
+            return (
+                f"NO VERDICT: {too_few} gated case(s) have too few rounds for an interval "
+                "(ratios shown without one)"
+            )
         text = "PASS: no significant regression"
         extra = []
         if improved:
             extra.append(f"{improved} improved")
         if inconclusive:
             extra.append(f"{inconclusive} inconclusive")
+        if too_few:
+            extra.append(f"{too_few} with too few rounds to decide")
         return text + (f" ({', '.join(extra)})" if extra else "")
 
     def inconclusive_ids(self) -> list[str]:
@@ -116,13 +130,14 @@ def check_comparable(baseline: RunResult, candidate: RunResult) -> None:
     b, c = baseline.environment, candidate.environment
     if b.gpu_slug != c.gpu_slug and "pytest-benchmark" not in (b.gpu_slug, c.gpu_slug):
         raise BadInput(
-            f"{baseline.label}: environment.gpu_slug: baseline is from {b.gpu_name!r} but the "
-            f"candidate ran on {c.gpu_name!r}; timings from different GPUs cannot be compared"
+            f"{baseline.label}: environment.gpu_slug: baseline is from {shown(b.gpu_name)} but "
+            f"the candidate ran on {shown(c.gpu_name)}; timings from different GPUs cannot be "
+            "compared"
         )
     if baseline.suite_name != candidate.suite_name:
         raise BadInput(
-            f"{baseline.label}: suite_name: baseline is from suite {baseline.suite_name!r}, "
-            f"candidate from {candidate.suite_name!r}"
+            f"{baseline.label}: suite_name: baseline is from suite {shown(baseline.suite_name)}, "
+            f"candidate from {shown(candidate.suite_name)}"
         )
 
 
@@ -159,11 +174,22 @@ def compare_case(
         )
     medians = {"baseline_median": _median(base.rounds), "candidate_median": _median(cand.rounds)}
     if len(base.rounds) < 2 or len(cand.rounds) < 2:
+        ratio = (
+            stats.ratio_estimate(base.rounds, cand.rounds) if base.rounds and cand.rounds else None
+        )
+        one_process = "pytest-benchmark" in (base.method, cand.method)
         return CaseComparison(
             **common,
             **medians,
+            point_ratio=ratio,
             status=Status.TOO_FEW_ROUNDS,
-            reason="an interval needs at least 2 rounds in each arm",
+            reason=(
+                "cannot decide: a pytest-benchmark file holds one process's samples (one "
+                "round), so the noise between runs is unknown; the ratio of medians is "
+                "shown without an interval"
+                if one_process
+                else "cannot decide: an interval needs at least 2 rounds in each arm"
+            ),
         )
     interval = stats.ratio_interval(base.rounds, cand.rounds, confidence=confidence, rng=rng)
     verdict = stats.classify(interval, case.threshold.min_effect)
@@ -178,6 +204,12 @@ def compare_case(
         verdict=verdict,
         interval=interval,
         host_ratio=host_ratio,
+        reason=(
+            "the interval is wider than a factor of 1000 either way (too few or too noisy "
+            "rounds for this confidence); measure more rounds"
+            if interval.capped
+            else ""
+        ),
     )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from guard import env as guard_env
 from guard import results
 from guard.compare import Comparison, compare_runs, replace_cases
-from guard.errors import BadInput, ExitCode, GuardError, InfraError
+from guard.errors import BadInput, ExitCode, GuardError, InfraError, shown
 from guard.results import RunResult
 from guard.runner import Arm, ProgressFn, Session, _noop
 from guard.suite import Suite, load_suite
@@ -202,7 +202,7 @@ def compare_with_baseline(
     if baseline is not None and baseline.environment.gpu_slug != here.gpu_slug:
         raise BadInput(
             f"{baseline.label}: environment.gpu_slug: recorded on "
-            f"{baseline.environment.gpu_name!r}, this machine is {here.gpu_name!r}"
+            f"{shown(baseline.environment.gpu_name)}, this machine is {shown(here.gpu_name)}"
         )
     session.check()
     if baseline is None:

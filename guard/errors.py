@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import enum
+import reprlib
+
+from guard.limits import MAX_SHOWN_CHARS
 
 
 class ExitCode(enum.IntEnum):
@@ -33,3 +36,26 @@ class InfraError(GuardError):
     """The machine or a worker failed (no GPU, build failure, crash, timeout)."""
 
     exit_code = ExitCode.INFRA
+
+
+_REPR = reprlib.Repr()  # Python 3.11 has no keyword arguments for these
+_REPR.maxlevel = 3
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 8
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = MAX_SHOWN_CHARS + 20  # then cut below
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message: a value read from a file, cut to
+    ``MAX_SHOWN_CHARS`` (saying so), so that a huge value makes no huge message.
+    ``reprlib`` looks at a few items per level only, so this is cheap on any value."""
+    try:
+        return cut(_REPR.repr(value))
+    except ValueError:  # an integer over Python's 4300-digit str() limit
+        return f"<{type(value).__name__} too large to show>"
+
+
+def cut(text: str) -> str:
+    """``text`` (a field's path, a name) cut to ``MAX_SHOWN_CHARS``, saying so."""
+    if len(text) > MAX_SHOWN_CHARS:
+        return f"{text[:MAX_SHOWN_CHARS]}... (cut at {MAX_SHOWN_CHARS} characters)"
+    return text

@@ -296,7 +296,7 @@ def _case_view(
         reason=reason,
         baseline_median=fmt_time(_median(base.rounds) if base else None),
         candidate_median=fmt_time(_median(cand.rounds)),
-        ratio=fmt_ratio(cc.interval.ratio if cc and cc.interval else None),
+        ratio=fmt_ratio(cc.ratio if cc else None),
         interval=(
             f"[{cc.interval.low:.3f}, {cc.interval.high:.3f}]" if cc and cc.interval else "—"
         ),
@@ -356,6 +356,8 @@ def _run_headline(run: RunResult) -> tuple[str, str]:
 
 def _headline_css(comparison: Comparison) -> str:
     head = comparison.headline
+    if head.startswith("NO VERDICT"):
+        return "neutral"
     return "fail" if head.startswith("FAIL") else "error" if head.startswith("ERROR") else "pass"
 
 

@@ -21,19 +21,20 @@ import json
 import math
 import os
 import platform
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guard import stats
-from guard.errors import BadInput
+from guard import limits, stats
+from guard.errors import BadInput, cut, shown
 from guard.suite import Case
 
 SCHEMA_VERSION = 1
-PYTEST_BENCHMARK_VERSION = "5.2.3"  # the format we write; the reader accepts any 3.x-5.x
-MAX_SAMPLES_PER_CASE = 1_000_000  # refuse absurd files before they eat memory
+PYTEST_BENCHMARK_VERSION = "5.2.3"  # the format we write
+PYTEST_BENCHMARK_MAJORS = (3, 4, 5)  # the formats we read: same layout of stats.data
 
 # Case status values. Only OK cases carry samples.
 OK = "ok"
@@ -294,6 +295,7 @@ class _Reader:
 
     def __init__(self, source: str) -> None:
         self.source = source
+        self.samples = 0  # read so far, against MAX_SAMPLES_PER_FILE
 
     def fail(self, where: str, msg: str) -> BadInput:
         return BadInput(f"{self.source}: {where}: {msg}")
@@ -319,22 +321,44 @@ class _Reader:
         return value
 
     def times(self, value: Any, where: str) -> tuple[float, ...]:
+        """Per-call seconds, each in [MIN_TIME_S, MAX_TIME_S]: outside that range a
+        time is no measurement, and inside it every ratio and sum stays finite."""
         if not isinstance(value, list):
             raise self.fail(where, "must be a list of times")
+        self.at_most(len(value), limits.MAX_SAMPLES_PER_ROUND, "samples in one round", where)
+        self.samples += len(value)
+        self.at_most(self.samples, limits.MAX_SAMPLES_PER_FILE, "samples in the file so far", where)
         out = []
         for i, x in enumerate(value):
             if isinstance(x, bool) or not isinstance(x, (int, float)):
                 raise self.fail(f"{where}[{i}]", f"must be a number, got {type(x).__name__}")
-            if not math.isfinite(x) or x <= 0:
-                raise self.fail(f"{where}[{i}]", f"must be a finite positive time, got {x!r}")
+            if not limits.MIN_TIME_S <= x <= limits.MAX_TIME_S:
+                raise self.fail(
+                    f"{where}[{i}]",
+                    f"must be a time from {limits.MIN_TIME_S:g} to {limits.MAX_TIME_S:g} "
+                    f"seconds, got {shown(x)}",
+                )
             out.append(float(x))
         return tuple(out)
+
+    def at_most(self, count: int, limit: int, what: str, where: str) -> None:
+        if count > limit:
+            raise self.fail(where, f"{count} {what}, over the limit of {limit}")
 
     def opt_float(self, data: dict[str, Any], key: str, where: str) -> float | None:
         value = self.get(data, key, where, (int, float, type(None)), None)
         if value is not None and not math.isfinite(value):
             raise self.fail(f"{where}.{key}", "must be finite")
         return None if value is None else float(value)
+
+
+def _rounds(reader: _Reader, rec: Any, key: str, where: str) -> tuple[tuple[float, ...], ...]:
+    raw = reader.get(rec, key, where, list, [])
+    where = f"{where}.{key}"
+    reader.at_most(len(raw), limits.MAX_ROUNDS_PER_CASE, "rounds", where)
+    n = sum(len(r) for r in raw if isinstance(r, list))
+    reader.at_most(n, limits.MAX_SAMPLES_PER_CASE, "samples in all rounds", where)
+    return tuple(reader.times(r, f"{where}[{i}]") for i, r in enumerate(raw))
 
 
 def _case_from(reader: _Reader, rec: Any, where: str) -> CaseResult:
@@ -363,10 +387,10 @@ def _case_from(reader: _Reader, rec: Any, where: str) -> CaseResult:
         dims[key] = value
     unknown = set(shape_data) - set(dims)
     if unknown:
-        raise reader.fail(f"{cw}.shape", f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
+        raise reader.fail(f"{cw}.shape", f"unknown field(s) {shown(sorted(map(str, unknown)))}")
     dtype = reader.get(data, "dtype", cw, str)
     if dtype not in DTYPES:
-        raise reader.fail(f"{cw}.dtype", f"unknown dtype {dtype!r}")
+        raise reader.fail(f"{cw}.dtype", f"unknown dtype {shown(dtype)}")
     try:
         threshold = Threshold.parse(reader.get(data, "threshold", cw, str))
     except ValueError as exc:
@@ -382,7 +406,7 @@ def _case_from(reader: _Reader, rec: Any, where: str) -> CaseResult:
     )
     status = reader.get(rec, "status", where, str)
     if status not in STATUSES:
-        raise reader.fail(f"{where}.status", f"unknown status {status!r}")
+        raise reader.fail(f"{where}.status", f"unknown status {shown(status)}")
     corr = reader.get(rec, "correctness", where, (dict, type(None)), None)
     correctness = None
     if corr is not None:
@@ -397,12 +421,8 @@ def _case_from(reader: _Reader, rec: Any, where: str) -> CaseResult:
             seed=reader.get(corr, "seed", cw, int),
             message=reader.get(corr, "message", cw, str, ""),
         )
-    raw_rounds = reader.get(rec, "rounds", where, list, [])
-    rounds = tuple(reader.times(r, f"{where}.rounds[{i}]") for i, r in enumerate(raw_rounds))
-    raw_host = reader.get(rec, "host_rounds", where, list, [])
-    host = tuple(reader.times(r, f"{where}.host_rounds[{i}]") for i, r in enumerate(raw_host))
-    if sum(len(r) for r in rounds) > MAX_SAMPLES_PER_CASE:
-        raise reader.fail(f"{where}.rounds", f"more than {MAX_SAMPLES_PER_CASE} samples")
+    rounds = _rounds(reader, rec, "rounds", where)
+    host = _rounds(reader, rec, "host_rounds", where)
     cps = reader.get(rec, "calls_per_sample", where, list, [])
     return CaseResult(
         case=case,
@@ -474,11 +494,45 @@ def _migrate(reader: _Reader, record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def _bad_number(value: Any) -> str:
+    """Why a JSON value is a number that a float cannot hold ("" if it is not)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    if isinstance(value, int) and abs(value) > limits.MAX_INT:
+        return f"an integer of {len(str(value))} digits is out of range"
+    return ""
+
+
+def _check_numbers(reader: _Reader, data: Any) -> None:
+    """Refuse, naming its field, any number that a float cannot hold: JSON reads
+    ``1e999`` as inf, and an integer of hundreds of digits overflows ``float()``.
+    A first pass only looks (no paths: cheap on big files); a second one names."""
+
+    def walk(with_paths: bool) -> None:
+        stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
+        while stack:
+            node, path = stack.pop()
+            for key, value in node.items() if isinstance(node, dict) else enumerate(node):
+                if isinstance(value, (dict, list)):
+                    stack.append((value, (*path, key) if with_paths else ()))
+                elif (what := _bad_number(value)) and not with_paths:
+                    return walk(True)
+                elif what:
+                    where = "".join(
+                        f"[{k}]" if isinstance(k, int) else f".{k}" for k in (*path, key)
+                    )
+                    raise reader.fail(cut(where.lstrip(".")), what)
+        return None
+
+    walk(False)
+
+
 def from_json(data: Any, source: str) -> RunResult:
     """Parse a results or baseline document (the guard's own, or plain pytest-benchmark)."""
     reader = _Reader(source)
     if not isinstance(data, dict):
         raise BadInput(f"{source}: not a results file (the top level must be a JSON object)")
+    _check_numbers(reader, data)
     if "guard" not in data:
         return _from_pytest_benchmark(reader, data)
     record = _migrate(reader, reader.get(data, "guard", "", dict))
@@ -486,14 +540,18 @@ def from_json(data: Any, source: str) -> RunResult:
         reader, reader.get(record, "environment", "guard", dict), "guard.environment"
     )
     raw_cases = reader.get(record, "cases", "guard", list)
+    reader.at_most(len(raw_cases), limits.MAX_CASES, "cases", "guard.cases")
     cases = tuple(_case_from(reader, rec, f"guard.cases[{i}]") for i, rec in enumerate(raw_cases))
     seen: set[str] = set()
     for i, c in enumerate(cases):
         if c.id in seen:
-            raise reader.fail(f"guard.cases[{i}]", f"duplicate case {c.id!r}")
+            raise reader.fail(f"guard.cases[{i}]", f"duplicate case {shown(c.id)}")
         seen.add(c.id)
     rounds = []
-    for i, r in enumerate(reader.get(record, "rounds", "guard", list, [])):
+    raw_rounds = reader.get(record, "rounds", "guard", list, [])
+    most = limits.MAX_ROUNDS_PER_CASE * 2  # each round measures both arms at most
+    reader.at_most(len(raw_rounds), most, "rounds", "guard.rounds")
+    for i, r in enumerate(raw_rounds):
         w = f"guard.rounds[{i}]"
         rounds.append(
             RoundInfo(
@@ -519,16 +577,32 @@ def from_json(data: Any, source: str) -> RunResult:
     )
 
 
+PYTEST_BENCHMARK_NOTE = (
+    "pytest-benchmark file: one process, so one round per benchmark; its samples are "
+    "correlated and the noise between runs is unknown"
+)
+
+
 def _from_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> RunResult:
     """A plain pytest-benchmark file: each benchmark becomes a case of the kernel "pytest".
 
-    pytest-benchmark keeps no process structure, so each sample counts as one round
-    (independent): say so, because that understates noise between processes.
+    The file holds what one pytest process measured: one round per benchmark. Its
+    samples share that process's state, so they say nothing about the noise between
+    runs, and a comparison of two such files has no interval (``TOO_FEW_ROUNDS``).
     """
     from guard.stats import Threshold
     from guard.suite import Shape
 
+    version = reader.get(data, "version", "", str)
+    major = re.match(r"(\d{1,6})\.", version)
+    if major is None or int(major.group(1)) not in PYTEST_BENCHMARK_MAJORS:
+        known = ", ".join(f"{m}.x" for m in PYTEST_BENCHMARK_MAJORS)
+        raise reader.fail(
+            "version",
+            f"pytest-benchmark version {shown(version)} is not one this guard reads ({known})",
+        )
     benches = reader.get(data, "benchmarks", "", list)
+    reader.at_most(len(benches), limits.MAX_CASES, "benchmarks", "benchmarks")
     machine = reader.get(data, "machine_info", "", dict, {})
     commit = reader.get(data, "commit_info", "", dict, {})
     cases = []
@@ -542,23 +616,21 @@ def _from_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> RunResult:
         if "data" not in st:
             raise reader.fail(
                 f"{where}.stats.data",
-                f"benchmark {name!r} has no raw samples; save it with --benchmark-save-data",
+                f"benchmark {shown(name)} has no raw samples; save it with --benchmark-save-data",
             )
         samples = reader.times(st["data"], f"{where}.stats.data")
         if len(samples) < 2:
-            raise reader.fail(f"{where}.stats.data", f"benchmark {name!r} has fewer than 2 samples")
+            raise reader.fail(
+                f"{where}.stats.data", f"benchmark {shown(name)} has fewer than 2 samples"
+            )
         if name in seen:
-            raise reader.fail(where, f"duplicate benchmark {name!r}")
+            raise reader.fail(where, f"duplicate benchmark {shown(name)}")
         seen.add(name)
         safe = name.replace("/", "|").replace("\\", "|")
         case = Case(
             safe, "pytest", Shape(1, 1, 1, 1), "float32", False, Threshold.parse("median:5%"), True
         )
-        cases.append(
-            CaseResult(
-                case=case, status=OK, rounds=tuple((s,) for s in samples), method="pytest-benchmark"
-            )
-        )
+        cases.append(CaseResult(case=case, status=OK, rounds=(samples,), method="pytest-benchmark"))
     host = str(machine.get("node", "")) if isinstance(machine, dict) else ""
     env = Environment(
         device="unknown",
@@ -575,12 +647,12 @@ def _from_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> RunResult:
         suite_hash="",
         environment=env,
         cases=tuple(cases),
-        notes=("pytest-benchmark file: no process structure, each sample treated as a round",),
+        notes=(PYTEST_BENCHMARK_NOTE,),
         label=reader.source,
     )
 
 
-def load(path: str | Path, *, max_bytes: int = 512 * 1024 * 1024) -> RunResult:
+def load(path: str | Path, *, max_bytes: int = limits.MAX_FILE_BYTES) -> RunResult:
     """Read a results or baseline file; BadInput names the file and field at fault."""
     path = Path(path)
     try:
@@ -595,15 +667,17 @@ def load(path: str | Path, *, max_bytes: int = 512 * 1024 * 1024) -> RunResult:
     return loads(text, str(path))
 
 
-def _no_constants(name: str) -> float:
-    raise ValueError(f"{name} is not allowed in a results file")
-
-
 def loads(text: str, source: str) -> RunResult:
     if not text.strip():
         raise BadInput(f"{source}: file is empty")
+    brackets = text.count("[") + text.count("{")
+    if brackets > limits.MAX_CONTAINERS:
+        raise BadInput(
+            f"{source}: {brackets} JSON lists and objects ('[' and '{{'), over the limit of "
+            f"{limits.MAX_CONTAINERS}"
+        )
     try:
-        data = json.loads(text, parse_constant=_no_constants)
+        data = json.loads(text)  # NaN, Infinity: refused by _check_numbers, with the field
     except json.JSONDecodeError as exc:
         raise BadInput(
             f"{source}: not valid JSON (line {exc.lineno}: {exc.msg}; truncated?)"

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
+from guard.errors import shown
+
 Rounds = Sequence[Sequence[float]]
 
 
@@ -56,12 +58,16 @@ class Threshold:
 
     @classmethod
     def parse(cls, text: str) -> Threshold:
-        match = re.fullmatch(r"\s*median\s*:\s*([0-9]*\.?[0-9]+)\s*%\s*", str(text))
+        if not isinstance(text, str) or len(text) > 40:
+            raise ValueError(
+                f"threshold must be a short string like 'median:2%', got {shown(text)}"
+            )
+        match = re.fullmatch(r"\s*median\s*:\s*([0-9]*\.?[0-9]+)\s*%\s*", text)
         if not match:
-            raise ValueError(f"threshold {text!r} is not of the form 'median:N%'")
+            raise ValueError(f"threshold {shown(text)} is not of the form 'median:N%'")
         value = float(match.group(1)) / 100.0
         if not 0.0 < value < 1.0:
-            raise ValueError(f"threshold {text!r} must lie between 0% and 100%")
+            raise ValueError(f"threshold {shown(text)} must lie between 0% and 100%")
         return cls(min_effect=value)
 
     def __str__(self) -> str:
@@ -70,12 +76,23 @@ class Threshold:
 
 @dataclass(frozen=True)
 class Interval:
-    """A ratio (candidate / baseline) with its confidence interval."""
+    """A ratio (candidate / baseline) with its confidence interval.
+
+    ``capped``: the interval was wider than ``MAX_LOG_HALF_WIDTH`` allows (or the
+    ratio beyond ``MAX_LOG_RATIO``) and was cut there; it decides nothing."""
 
     ratio: float
     low: float
     high: float
     confidence: float
+    capped: bool = False
+
+
+# An interval wider than a factor of 1000 either way says nothing about a threshold of a
+# few percent; cutting it there (and the log ratio at +-600) keeps exp() finite for any
+# finite input (two rounds a side at confidence 0.999 have a t quantile of about 636).
+MAX_LOG_HALF_WIDTH = math.log(1000.0)
+MAX_LOG_RATIO = 600.0
 
 
 def round_medians(rounds: Rounds) -> np.ndarray:
@@ -146,25 +163,52 @@ def ratio_interval(
     resampled tails hold too few points to be read directly.
     Needs at least two rounds in each arm; raises ValueError otherwise.
     """
-    lb = np.log(round_medians(baseline))
-    lc = np.log(round_medians(candidate))
+    lb, lc = _log_medians(baseline), _log_medians(candidate)
     if lb.size < 2 or lc.size < 2:
         raise ValueError("a ratio interval needs at least two rounds in each arm")
     diff = float(_log_mean_diff(lc, lb))
-    if np.ptp(lb) == 0.0 and np.ptp(lc) == 0.0:
-        point = float(np.exp(diff))
-        return Interval(point, point, point, confidence)  # identical rounds: nothing varies
-    res = _bootstrap((lc, lb), _log_mean_diff, rng, n_resamples)
-    n = min(lb.size, lc.size)
-    se = float(res.standard_error) * math.sqrt(n / (n - 1))
-    t = float(sps.t.ppf(0.5 + confidence / 2.0, df=_trimmed_df(lb, lc)))
+    half = 0.0  # identical rounds: nothing varies
+    if np.ptp(lb) > 0.0 or np.ptp(lc) > 0.0:
+        res = _bootstrap((lc, lb), _log_mean_diff, rng, n_resamples)
+        n = min(lb.size, lc.size)
+        se = float(res.standard_error) * math.sqrt(n / (n - 1))
+        t = float(sps.t.ppf(0.5 + confidence / 2.0, df=_trimmed_df(lb, lc)))
+        half = t * se
+    capped = not half <= MAX_LOG_HALF_WIDTH or abs(diff) > MAX_LOG_RATIO  # NaN counts as wide
+    if capped:
+        half = MAX_LOG_HALF_WIDTH
+        diff = min(max(diff, -MAX_LOG_RATIO), MAX_LOG_RATIO)
     return Interval(
-        float(np.exp(diff)), float(np.exp(diff - t * se)), float(np.exp(diff + t * se)), confidence
+        float(np.exp(diff)),
+        float(np.exp(diff - half)),
+        float(np.exp(diff + half)),
+        confidence,
+        capped,
     )
 
 
+def ratio_estimate(baseline: Rounds, candidate: Rounds) -> float:
+    """The ratio ``ratio_interval`` reports, without an interval: for arms too small
+    for one (a single round on either side)."""
+    lb, lc = _log_medians(baseline), _log_medians(candidate)
+    if lb.size < 1 or lc.size < 1:
+        raise ValueError("a ratio needs at least one round in each arm")
+    diff = float(_log_mean_diff(lc, lb))
+    return float(np.exp(min(max(diff, -MAX_LOG_RATIO), MAX_LOG_RATIO)))
+
+
+def _log_medians(rounds: Rounds) -> np.ndarray:
+    meds = round_medians(rounds)
+    if not (np.isfinite(meds).all() and (meds > 0).all()):
+        raise ValueError("times must be finite and positive")
+    return np.log(meds)
+
+
 def classify(interval: Interval, min_effect: float) -> Verdict:
-    """Place an interval against the band [1 - min_effect, 1 + min_effect]."""
+    """Place an interval against the band [1 - min_effect, 1 + min_effect]. A capped
+    interval (too wide to mean anything) is inconclusive whatever its ends say."""
+    if interval.capped:
+        return Verdict.INCONCLUSIVE
     if interval.low > 1.0 + min_effect:
         return Verdict.REGRESSION
     if interval.high < 1.0 - min_effect:
@@ -172,6 +216,21 @@ def classify(interval: Interval, min_effect: float) -> Verdict:
     if interval.low >= 1.0 - min_effect and interval.high <= 1.0 + min_effect:
         return Verdict.UNCHANGED
     return Verdict.INCONCLUSIVE
+
+
+# The family false-alarm rates a check may be sized for. Below 1e-6 the per-case level
+# rounds to 1 and every interval is infinitely wide (a 3x slowdown passed with alpha
+# 1e-300); above 0.2 one check in five fails on noise.
+ALPHA_MIN = 1e-6
+ALPHA_MAX = 0.2
+
+
+def check_alpha(alpha: float) -> float:
+    """``alpha`` if it lies in [ALPHA_MIN, ALPHA_MAX]; ValueError otherwise (the
+    readers of the suite file and of ``--alpha`` call this and name their field)."""
+    if not ALPHA_MIN <= alpha <= ALPHA_MAX:  # NaN fails too
+        raise ValueError(f"must lie in [{ALPHA_MIN:g}, {ALPHA_MAX:g}], got {alpha!r}")
+    return alpha
 
 
 def family_confidence(alpha: float, n_tests: int) -> float:

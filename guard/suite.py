@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from guard.errors import BadInput
+from guard import limits, stats
+from guard.errors import BadInput, shown
 from guard.stats import Threshold
 
 SUITE_SCHEMA_VERSION = 1
@@ -202,20 +203,23 @@ def _fail(source: str, where: str, msg: str) -> BadInput:
     return BadInput(f"{source}: {where}: {msg}")
 
 
-def _positive_int(value: Any, source: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise _fail(source, where, f"must be a positive integer, got {value!r}")
+def _positive_int(value: Any, source: str, where: str, most: int = limits.MAX_DIMENSION) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= most:
+        raise _fail(source, where, f"must be an integer from 1 to {most}, got {shown(value)}")
     return value
 
 
 def _positive_float(value: Any, source: str, where: str, *, allow_zero: bool = False) -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool)
     if ok:
-        value = float(value)
-        ok = math.isfinite(value) and (value > 0 or (allow_zero and value == 0))
+        try:
+            number = float(value)
+        except OverflowError:  # an integer with hundreds of digits
+            number = math.inf
+        ok = math.isfinite(number) and (number > 0 or (allow_zero and number == 0))
     if not ok:
-        raise _fail(source, where, f"must be a finite positive number, got {value!r}")
-    return value
+        raise _fail(source, where, f"must be a finite positive number, got {shown(value)}")
+    return number
 
 
 def _mapping(value: Any, source: str, where: str) -> dict[str, Any]:
@@ -229,7 +233,7 @@ def _mapping(value: Any, source: str, where: str) -> dict[str, Any]:
 def _no_unknown(data: dict[str, Any], allowed: set[str], source: str, where: str) -> None:
     unknown = sorted(set(data) - allowed)
     if unknown:
-        raise _fail(source, where, f"unknown field(s) {', '.join(map(str, unknown))}")
+        raise _fail(source, where, f"unknown field(s) {shown(unknown)}")
 
 
 def _threshold(value: Any, source: str, where: str) -> Threshold:
@@ -237,6 +241,15 @@ def _threshold(value: Any, source: str, where: str) -> Threshold:
         return Threshold.parse(value)
     except ValueError as exc:
         raise _fail(source, where, str(exc)) from None
+
+
+# What a worker may be asked to measure: no more than a results file may hold.
+_TIMING_MOST = {
+    "rounds": limits.MAX_ROUNDS_PER_CASE,
+    "max_rounds": limits.MAX_ROUNDS_PER_CASE,
+    "samples_per_round": limits.MAX_SAMPLES_PER_ROUND,
+    "host_samples": limits.MAX_SAMPLES_PER_ROUND,
+}
 
 
 def _timing(data: Any, source: str, where: str, base: TimingPlan) -> TimingPlan:
@@ -247,7 +260,8 @@ def _timing(data: Any, source: str, where: str, base: TimingPlan) -> TimingPlan:
     for key, value in data.items():
         default = getattr(base, key)
         if isinstance(default, int):
-            values[key] = _positive_int(value, source, f"{where}.{key}")
+            most = _TIMING_MOST.get(key, limits.MAX_DIMENSION)
+            values[key] = _positive_int(value, source, f"{where}.{key}", most)
         else:
             values[key] = _positive_float(value, source, f"{where}.{key}")
     plan = replace(base, **values)
@@ -255,14 +269,24 @@ def _timing(data: Any, source: str, where: str, base: TimingPlan) -> TimingPlan:
         raise _fail(source, f"{where}.rounds", "needs at least 2 rounds for an interval")
     if plan.max_rounds < plan.rounds:
         raise _fail(source, f"{where}.max_rounds", "must be at least rounds")
-    if not 0 < plan.alpha < 0.5:
-        raise _fail(source, f"{where}.alpha", "must lie in (0, 0.5)")
+    for key in ("samples_per_round", "host_samples"):
+        if plan.max_rounds * getattr(plan, key) > limits.MAX_SAMPLES_PER_CASE:
+            raise _fail(
+                source,
+                f"{where}.{key}",
+                f"times max_rounds ({plan.max_rounds}) exceeds the limit of "
+                f"{limits.MAX_SAMPLES_PER_CASE} samples per case",
+            )
+    try:
+        stats.check_alpha(plan.alpha)
+    except ValueError as exc:
+        raise _fail(source, f"{where}.alpha", str(exc)) from None
     return plan
 
 
 def _shape(value: Any, source: str, where: str) -> Shape:
     if not isinstance(value, (list, tuple)) or len(value) != 4:
-        raise _fail(source, where, f"must be [batch, heads, seq_len, head_dim], got {value!r}")
+        raise _fail(source, where, f"must be [batch, heads, seq_len, head_dim], got {shown(value)}")
     dims = [_positive_int(v, source, f"{where}[{i}]") for i, v in enumerate(value)]
     return Shape(*dims)
 
@@ -289,7 +313,9 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
     )
     version = data.get("schema_version")
     if version != SUITE_SCHEMA_VERSION:
-        raise _fail(source, "schema_version", f"expected {SUITE_SCHEMA_VERSION}, got {version!r}")
+        raise _fail(
+            source, "schema_version", f"expected {SUITE_SCHEMA_VERSION}, got {shown(version)}"
+        )
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
         raise _fail(source, "name", "must be a non-empty string")
@@ -302,7 +328,7 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
             raise _fail(
                 source,
                 f"kernels[{i}]",
-                f"unknown kernel {k!r} (known: {', '.join(sorted(known_kernels))})",
+                f"unknown kernel {shown(k)} (known: {', '.join(sorted(known_kernels))})",
             )
     if len(set(kernels)) != len(kernels):
         raise _fail(source, "kernels", "lists a kernel twice")
@@ -316,7 +342,7 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
     for dtype, tol in _mapping(data.get("tolerances"), source, "tolerances").items():
         where = f"tolerances.{dtype}"
         if dtype not in DTYPES:
-            raise _fail(source, where, f"unknown dtype (known: {', '.join(DTYPES)})")
+            raise _fail(source, where, f"unknown dtype {shown(dtype)} (known: {', '.join(DTYPES)})")
         tol = _mapping(tol, source, where)
         _no_unknown(tol, set(Tolerance.__dataclass_fields__), source, where)
         tolerances[dtype] = Tolerance(
@@ -367,11 +393,13 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
         dtype = entry.get("dtype", "float16")
         if dtype not in DTYPES:
             raise _fail(
-                source, f"{where}.dtype", f"unknown dtype {dtype!r} (known: {', '.join(DTYPES)})"
+                source,
+                f"{where}.dtype",
+                f"unknown dtype {shown(dtype)} (known: {', '.join(DTYPES)})",
             )
         causal = entry.get("causal", False)
         if not isinstance(causal, bool):
-            raise _fail(source, f"{where}.causal", f"must be true or false, got {causal!r}")
+            raise _fail(source, f"{where}.causal", f"must be true or false, got {shown(causal)}")
         case_name = entry.get("name") or (
             f"{shape.label()}-{'causal' if causal else 'full'}"
             + ("" if dtype == "float16" else f"-{dtype}")
@@ -380,10 +408,10 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
             raise _fail(
                 source,
                 f"{where}.name",
-                f"must be a string without path separators, got {case_name!r}",
+                f"must be a string without path separators, got {shown(case_name)}",
             )
         if case_name in names:
-            raise _fail(source, f"{where}.name", f"duplicate case name {case_name!r}")
+            raise _fail(source, f"{where}.name", f"duplicate case name {shown(case_name)}")
         names.add(case_name)
         threshold = (
             _threshold(entry["threshold"], source, f"{where}.threshold")
@@ -406,6 +434,64 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
     )
 
 
+class _SuiteLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` minus what a suite never needs and an attacker can use:
+    aliases (``*name``: a "billion laughs" file expands to gigabytes), nesting deeper
+    than ``MAX_SUITE_DEPTH`` (a deep file exhausts the recursive composer), and
+    duplicate keys (which YAML resolves silently in favour of the last one)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                "aliases (*name) are not allowed in a suite file",
+                self.peek_event().start_mark,
+            )
+        if self._depth >= limits.MAX_SUITE_DEPTH:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"nested deeper than {limits.MAX_SUITE_DEPTH} levels",
+                self.peek_event().start_mark,
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                    continue  # the base class refuses unhashable keys
+                key = self.construct_object(key_node)
+                line = key_node.start_mark.line + 1
+                if key in first:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {shown(key)} (first on line {first[key]})",
+                        key_node.start_mark,
+                    )
+                first[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: Any) -> Any:
+        if len(node.value) > 40:  # int() refuses over 4300 digits, and no mark says where
+            raise yaml.constructor.ConstructorError(
+                None, None, f"integer of {len(node.value)} characters", node.start_mark
+            )
+        return super().construct_yaml_int(node)
+
+
+_SuiteLoader.add_constructor("tag:yaml.org,2002:int", _SuiteLoader.construct_yaml_int)
+
+
 def load_suite(path: str | Path, known_kernels: set[str] | None = None) -> Suite:
     """Read and validate a suite file."""
     if known_kernels is None:
@@ -414,17 +500,24 @@ def load_suite(path: str | Path, known_kernels: set[str] | None = None) -> Suite
         known_kernels = set(REGISTRY)
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > limits.MAX_SUITE_BYTES:
+            raise BadInput(
+                f"{path}: suite file is {size} bytes, over the {limits.MAX_SUITE_BYTES}-byte limit"
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise BadInput(f"{path}: suite file not found") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: cannot read the suite file ({exc})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SuiteLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "?"
         raise BadInput(
-            f"{path}: not valid YAML ({where}: {getattr(exc, 'problem', exc)})"
+            f"{path}: not valid YAML ({where}: {getattr(exc, 'problem', None) or exc})"
         ) from None
+    except (ValueError, RecursionError) as exc:  # a value the constructors refuse
+        raise BadInput(f"{path}: not valid YAML ({shown(str(exc))})") from None
     return parse_suite(data, str(path), known_kernels)

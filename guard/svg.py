@@ -13,6 +13,8 @@ from html import escape
 
 import numpy as np
 
+from guard.limits import MAX_PLOT_POINTS, MAX_PLOT_ROUNDS
+
 # Tableau 10: distinguishable categorical colours for rounds.
 ROUND_COLORS = (
     "#4e79a7",
@@ -140,6 +142,27 @@ def _x_axis(
 # ------------------------------------------------------------------ distributions
 
 
+def _thinned(rounds: list[list[float]]) -> tuple[list[tuple[int, list[float]]], str]:
+    """The (round index, dots) to draw for one arm: at most ``MAX_PLOT_ROUNDS`` lanes
+    (evenly spaced rounds) and ``MAX_PLOT_POINTS`` dots (per lane, evenly spaced
+    quantiles of the round), and a note saying what was left out ("" if nothing)."""
+    n = len(rounds)
+    picked = sorted({int(i) for i in np.linspace(0, n - 1, min(n, MAX_PLOT_ROUNDS)).round()})
+    per_lane = max(5, MAX_PLOT_POINTS // len(picked))
+    out, cut = [], False
+    for i in picked:
+        r = rounds[i]
+        if len(r) > per_lane:
+            r, cut = [float(v) for v in np.quantile(r, np.linspace(0, 1, per_lane))], True
+        out.append((i, r))
+    notes = []
+    if len(picked) < n:
+        notes.append(f"{len(picked)} of {n} rounds drawn")
+    if cut:
+        notes.append(f"at most {per_lane} points per round (quantiles)")
+    return out, ", ".join(notes)
+
+
 def distribution_svg(
     arms: Sequence[tuple[str, Sequence[Sequence[float]]]], *, width: float = 760
 ) -> str:
@@ -148,6 +171,7 @@ def distribution_svg(
     Each round (one fresh process) has its own lane and colour, with its median as a
     dark tick, so a round that ran slow stands out from noise within rounds.
     ``arms``: (name, rounds of per-call seconds), e.g. baseline then candidate.
+    Big arms are thinned (``_thinned``) and the plot says so under its axis.
     Returns "" when no arm holds samples.
     """
     arms = [(name, [list(r) for r in rounds if len(r)]) for name, rounds in arms]
@@ -168,6 +192,7 @@ def distribution_svg(
     body: list[str] = []
     y = 8.0
     grid_top = y
+    cut_notes = []
     for name, rounds in arms:
         color = ARM_COLORS.get(name, "#1e88e5")
         arr = np.concatenate([np.asarray(r, dtype=float) for r in rounds]) * scale
@@ -192,17 +217,20 @@ def distribution_svg(
             f'y2="{_n(y + box_h - 1)}" stroke="{color}" stroke-width="3"/></g>'
         )
         y += box_h + 2
-        for i, r in enumerate(rounds):
+        lanes, note = _thinned(rounds)
+        if note:
+            cut_notes.append(f"{name}: {note}")
+        for i, r in lanes:
             rc = ROUND_COLORS[i % len(ROUND_COLORS)]
             ly = y + lane_h / 2
-            rmed = float(np.median(r)) * scale
+            rmed = float(np.median(rounds[i])) * scale
             dots = "".join(
                 f'<circle cx="{_n(x(v * scale))}" cy="{_n(ly + ((j % 3) - 1) * 1.8)}" r="2.2"/>'
                 for j, v in enumerate(r)
             )
             body.append(
-                f'<g class="round"><title>{escape(name)} round {i + 1}: {len(r)} samples, '
-                f"median {fmt_tick(rmed)} {unit}</title>"
+                f'<g class="round"><title>{escape(name)} round {i + 1}: {len(rounds[i])} '
+                f"samples, median {fmt_tick(rmed)} {unit}</title>"
                 f'<text x="{_n(left - 6)}" y="{_n(ly + 3)}" text-anchor="end" font-size="9" '
                 f'fill="#666">round {i + 1}</text>'
                 f'<g fill="{rc}" fill-opacity="0.75">{dots}</g>'
@@ -215,8 +243,15 @@ def distribution_svg(
     ticks = log_ticks(lo, hi) if log else nice_ticks(lo, hi, 6)
     axis_label = f"time per call ({unit}{', log scale' if log else ''})"
     body = _x_axis(x, axis_y, ticks, fmt_tick, axis_label, grid_top) + body
+    height = axis_y + 34
+    if cut_notes:
+        body.append(
+            f'<text x="4" y="{_n(height + 4)}" fill="#555" class="cut">thinned: '
+            f"{escape('; '.join(cut_notes))}</text>"
+        )
+        height += 16
     label = "per-call times: " + ", ".join(f"{name} ({len(rs)} rounds)" for name, rs in arms)
-    return _svg(width, axis_y + 34, body, label)
+    return _svg(width, height, body, label)
 
 
 # ----------------------------------------------------------------------- ratio

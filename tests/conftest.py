@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from guard.results import OK, SCHEMA_VERSION, CaseResult, Correctness, Environment, RunResult
 from guard.stats import Threshold
@@ -16,6 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
+
+# Property tests draw the same examples on every run and keep no example database, so a
+# failure never depends on luck or on what an earlier run left behind; a failure prints
+# the blob that reproduces it (@reproduce_failure). Loaded here, before any test module
+# is imported, so every @settings(...) inherits it.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.load_profile("ci")
 
 TINY_SUITE = """\
 schema_version: 1

@@ -146,3 +146,12 @@ def test_verdict_invariant_to_sample_order_and_scale(rng):
 
     second = compare_runs(transform(base, 1000.0, True), transform(cand, 1000.0, True), seed=3)
     assert [c.verdict for c in first.cases] == [c.verdict for c in second.cases]
+
+
+def test_interval_too_wide_to_mean_anything_is_inconclusive_with_a_reason():
+    case = make_case()
+    base = make_run({case: ((5.0,), (0.5,))}, label="base")
+    cand = make_run({case: ((0.5,), (0.5,))}, label="cand")
+    [c] = compare_runs(base, cand, alpha=0.0005).cases
+    assert c.verdict is Verdict.INCONCLUSIVE and c.interval is not None
+    assert c.interval.high < float("inf") and "wider than a factor of 1000" in c.reason

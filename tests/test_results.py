@@ -84,8 +84,30 @@ def test_reads_plain_pytest_benchmark_with_raw_data(tmp_path):
     assert run.environment.gpu_slug == "pytest-benchmark"
     [case] = run.cases
     assert "test_sum" in case.case.name
-    assert len(case.rounds) >= 5
-    assert "each sample treated as a round" in run.notes[0]
+    # One pytest process is one round: its samples are correlated, not replicates.
+    assert len(case.rounds) == 1 and len(case.rounds[0]) >= 5
+    assert "one process, so one round per benchmark" in run.notes[0]
+
+
+def test_two_pytest_benchmark_runs_cannot_decide_and_do_not_fail(tmp_path, capsys):
+    """Two runs of identical code once gave "regression 1.157x CI [1.157, 1.157]" and
+    exit 1: every sample was taken for an independent round."""
+    from guard.cli import main
+
+    first = _pytest_benchmark_file(tmp_path, save_data=True)
+    doc = json.loads(first.read_text())
+    doc["benchmarks"][0]["stats"]["data"] = [
+        x * 1.157 for x in doc["benchmarks"][0]["stats"]["data"]
+    ]
+    second = tmp_path / "second.json"
+    second.write_text(json.dumps(doc))
+    assert main(["compare", str(first), str(second), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    [case] = out["cases"]
+    assert case["status"] == "too-few-rounds" and case["verdict"] is None
+    assert case["ci"] is None and case["ratio"] == pytest.approx(1.157)
+    assert "one process" in case["reason"] and "cannot decide" in case["reason"]
+    assert out["headline"].startswith("NO VERDICT")
 
 
 def test_plain_pytest_benchmark_without_raw_data_is_refused(tmp_path):
@@ -148,12 +170,13 @@ def test_duplicate_case_is_refused(doc):
 
 def test_nan_and_infinity_literals_are_refused(doc, tmp_path):
     text = json.dumps(doc).replace('"driver": "580.1"', '"driver": NaN', 1)
-    with pytest.raises(BadInput, match="NaN is not allowed"):
+    with pytest.raises(BadInput, match=r"^nan\.json: guard\.environment\.driver: nan is not a"):
         results.loads(text, "nan.json")
     text = json.dumps(doc)
     first = doc["guard"]["cases"][0]["rounds"][0][0]
-    with pytest.raises(BadInput, match="Infinity"):
-        results.loads(text.replace(repr(first), "Infinity", 1), "inf.json")
+    text = text.replace(f'"rounds": [[{first!r}', '"rounds": [[-Infinity', 1)
+    with pytest.raises(BadInput, match=r"^inf\.json: guard\.cases\[0\]\.rounds\[0\]\[0\]: -inf"):
+        results.loads(text, "inf.json")
 
 
 @pytest.mark.parametrize("cut", [0, 1, 100, -10])
@@ -261,3 +284,137 @@ def test_check_only_results_round_trip(run, tmp_path):
     back = results.load(tmp_path / "c.json")
     assert [c.status for c in back.cases] == ["ok", "ok"]
     assert all(not c.rounds for c in back.cases)
+
+
+# ------------------------------------------------------------ hostile numbers and sizes
+
+
+def _with_round(doc):
+    doc = copy.deepcopy(doc)
+    doc["guard"]["rounds"] = [
+        {"index": 0, "arm": "candidate", "started": "", "duration_s": 1.25, "gpu_state": {}}
+    ]
+    doc["guard"]["environment"]["sm_clock_max_mhz"] = 1980.5
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            '"duration_s": 1.25',
+            '"duration_s": 1e999',
+            r"guard\.rounds\[0\]\.duration_s: inf is not",
+        ),
+        (
+            '"gpu_state": {}',
+            '"gpu_state": {"t": -1e999}',
+            r"guard\.rounds\[0\]\.gpu_state\.t: -inf",
+        ),
+        ("1980.5", "9" * 400, r"guard\.environment\.sm_clock_max_mhz: an integer of 400 digits"),
+        ("FIRST", "9" * 400, r"guard\.cases\[0\]\.rounds\[0\]\[0\]: an integer of 400 digits"),
+        ("FIRST", "1e300", r"guard\.cases\[0\]\.rounds\[0\]\[0\]: must be a time from 1e-12 to"),
+        ("FIRST", "1e-300", r"guard\.cases\[0\]\.rounds\[0\]\[0\]: must be a time from 1e-12 to"),
+    ],
+    ids=["inf-duration", "inf-nested", "huge-clock", "huge-time", "time-1e300", "time-1e-300"],
+)
+def test_numbers_a_float_cannot_hold_are_refused_naming_the_field(doc, old, new, message):
+    doc = _with_round(doc)
+    text = json.dumps(doc)
+    if old == "FIRST":
+        old = repr(doc["guard"]["cases"][0]["rounds"][0][0])
+        text = text.replace(f"[[{old}", f"[[{new}", 1)
+    else:
+        assert old in text
+        text = text.replace(old, new, 1)
+    with pytest.raises(BadInput, match=rf"^h\.json: {message}"):
+        results.loads(text, "h.json")
+
+
+def _pb_doc(data, version="5.2.3"):
+    doc = {"machine_info": {}, "commit_info": {}, "datetime": "", "benchmarks": []}
+    doc["benchmarks"].append({"name": "t", "fullname": "t", "stats": {"data": data}})
+    if version is not None:
+        doc["version"] = version
+    return doc
+
+
+@pytest.mark.parametrize(
+    "version", ["99.0.0", "9" * 400, "2.1.0", "6.0.0", "x", 5, None], ids=lambda v: str(v)[:8]
+)
+def test_unknown_pytest_benchmark_versions_are_refused(version):
+    with pytest.raises(BadInput, match=r"^pb\.json: version"):
+        results.from_json(_pb_doc([1e-4, 2e-4], version), "pb.json")
+
+
+@pytest.mark.parametrize("version", ["3.4.1", "4.0.0", "5.2.3"])
+def test_known_pytest_benchmark_versions_load_as_one_round(version):
+    run = results.from_json(_pb_doc([1e-4, 2e-4, 3e-4], version), "pb.json")
+    assert run.cases[0].rounds == ((1e-4, 2e-4, 3e-4),)
+
+
+def _over(doc, count):
+    """``doc`` with its first case's rounds replaced by ``count`` (rounds, samples each)."""
+    doc = copy.deepcopy(doc)
+    n_rounds, per_round = count
+    doc["guard"]["cases"][0]["rounds"] = [[1e-4] * per_round for _ in range(n_rounds)]
+    return doc
+
+
+def test_limits_per_case_refuse_a_file_just_over_each(doc):
+    from guard import limits
+
+    cases = [
+        ((limits.MAX_ROUNDS_PER_CASE + 1, 1), rf"rounds: {limits.MAX_ROUNDS_PER_CASE + 1} rounds"),
+        ((1, limits.MAX_SAMPLES_PER_ROUND + 1), r"rounds\[0\]: 200001 samples in one round"),
+        ((2, limits.MAX_SAMPLES_PER_CASE // 2 + 1), r"rounds: 250002 samples in all rounds"),
+    ]
+    for count, message in cases:
+        with pytest.raises(BadInput, match=rf"^f\.json: guard\.cases\[0\]\.{message}, over the"):
+            results.from_json(_over(doc, count), "f.json")
+    at_limit = (
+        limits.MAX_ROUNDS_PER_CASE,
+        limits.MAX_SAMPLES_PER_CASE // limits.MAX_ROUNDS_PER_CASE,
+    )
+    assert len(results.from_json(_over(doc, at_limit), "f.json").cases[0].rounds) == 200
+
+
+def test_limits_per_file_refuse_a_file_just_over_each(doc, tmp_path):
+    from guard import limits
+
+    many = copy.deepcopy(doc)
+    template = many["guard"]["cases"][0]
+    many["guard"]["cases"] = []
+    for i in range(limits.MAX_CASES + 1):
+        rec = copy.deepcopy(template)
+        rec["case"]["name"] = f"c{i}"
+        many["guard"]["cases"].append(rec)
+    with pytest.raises(BadInput, match=r"guard\.cases: 1001 cases, over the limit of 1000"):
+        results.from_json(many, "f.json")
+
+    heavy = copy.deepcopy(doc)
+    per_case = limits.MAX_SAMPLES_PER_CASE // 2
+    n_cases = limits.MAX_SAMPLES_PER_FILE // (2 * per_case) + 1
+    heavy["guard"]["cases"] = []
+    for i in range(n_cases):
+        rec = copy.deepcopy(template)
+        rec["case"]["name"] = f"c{i}"
+        rec["rounds"] = [[1e-4] * per_case, [1e-4] * per_case]
+        rec["host_rounds"] = []
+        heavy["guard"]["cases"].append(rec)
+    with pytest.raises(BadInput, match=r"samples in the file so far, over the limit of 2000000"):
+        results.from_json(heavy, "f.json")
+
+    brackets = "[" * (limits.MAX_CONTAINERS + 1)
+    with pytest.raises(BadInput, match=r"1000001 JSON lists and objects .* limit of 1000000"):
+        results.loads(brackets, "f.json")
+
+    big = tmp_path / "big.json"
+    with big.open("wb") as fh:
+        fh.truncate(limits.MAX_FILE_BYTES + 1)  # sparse: nothing is written
+    with pytest.raises(BadInput, match=rf"{limits.MAX_FILE_BYTES + 1} bytes, over the"):
+        results.load(big)
+
+    pb = _pb_doc([1e-4] * (limits.MAX_SAMPLES_PER_ROUND + 1))
+    with pytest.raises(BadInput, match=r"benchmarks\[0\]\.stats\.data: 200001 samples in one"):
+        results.from_json(pb, "pb.json")

@@ -77,6 +77,32 @@ def test_identical_rounds_give_a_point_interval(rng):
     assert iv == Interval(2.0, 2.0, 2.0, 0.95)
 
 
+def test_two_rounds_at_high_confidence_stay_finite_and_decide_nothing(rng):
+    # t(0.9995, df=1) is about 636: exp(log ratio + t * se) used to overflow to inf.
+    iv = stats.ratio_interval([[5.0], [0.5]], [[0.5], [0.5]], confidence=0.999, rng=rng)
+    assert np.isfinite([iv.ratio, iv.low, iv.high]).all()
+    assert iv.capped and iv.low <= iv.ratio <= iv.high
+    assert stats.classify(iv, 0.02) is Verdict.INCONCLUSIVE
+
+
+def test_extreme_times_give_a_finite_capped_interval(rng):
+    iv = stats.ratio_interval([[1e-300], [2e-300]], [[1e300], [3e300]], confidence=0.999, rng=rng)
+    assert np.isfinite([iv.ratio, iv.low, iv.high]).all() and iv.capped
+
+
+def test_capped_interval_is_never_unchanged_or_regression():
+    inside = Interval(1.0, 0.999, 1.001, 0.99, capped=True)
+    above = Interval(5.0, 4.0, 6.0, 0.99, capped=True)
+    assert stats.classify(inside, 0.02) is Verdict.INCONCLUSIVE
+    assert stats.classify(above, 0.02) is Verdict.INCONCLUSIVE
+
+
+def test_ratio_estimate_without_interval():
+    assert stats.ratio_estimate([[1.0, 1.0, 5.0]], [[2.0, 2.0, 0.1]]) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="one round"):
+        stats.ratio_estimate([], [[1.0]])
+
+
 @pytest.mark.parametrize(
     ("low", "high", "expected"),
     [

@@ -4,7 +4,7 @@ verdicts that do not depend on sample order or on the unit of time."""
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from guard import stats
@@ -15,6 +15,7 @@ rounds_st = st.lists(st.lists(times, min_size=1, max_size=6), min_size=2, max_si
 
 @settings(max_examples=150, deadline=None)
 @given(rounds_st, rounds_st, st.floats(min_value=0.5, max_value=0.999))
+@example([[5.0], [0.5]], [[0.5], [0.5]], 0.999)  # overflowed to inf before intervals were capped
 def test_interval_is_ordered_and_finite(base, cand, confidence):
     iv = stats.ratio_interval(
         base, cand, confidence=confidence, rng=np.random.default_rng(0), n_resamples=200
@@ -44,3 +45,9 @@ def test_verdict_invariant_to_order_and_scale(base, cand, scale, rnd):
     assume(all(abs(np.log(b / e)) > 0.02 for b in (iv1.low, iv1.high) for e in edges))
     assert first == second
     assert abs(np.log(iv1.ratio / iv2.ratio)) < 1e-9
+
+
+def test_property_tests_run_derandomized_without_a_database():
+    # tests/conftest.py loads the "ci" profile: the same examples on every run.
+    assert settings.default.derandomize is True
+    assert settings.default.database is None

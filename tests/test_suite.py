@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from guard import limits
 from guard.errors import BadInput
 from guard.suite import flops, load_suite, parse_suite
 
@@ -75,6 +76,9 @@ def bad(**changes):
         (bad(timing={"samples_per_round": 2.5}), "timing.samples_per_round"),
         (bad(timing={"sample_target_ms": float("nan")}), "timing.sample_target_ms"),
         (bad(timing={"bogus": 1}), "timing"),
+        (bad(timing={"alpha": 1e-300}), "timing.alpha"),
+        (bad(timing={"alpha": 0.3}), "timing.alpha"),
+        (bad(cpu_timing={"alpha": 1}), "cpu_timing.alpha"),
         (bad(tolerances={"float16": {"factor": -1}}), "tolerances.float16.factor"),
         (bad(extra=1), "top level"),
         (bad(cases=[]), "cases"),
@@ -113,3 +117,73 @@ def test_select_unknown_names_fail():
         suite.select(["triton_flash"])
     with pytest.raises(BadInput, match="no case named"):
         suite.select(None, ["zzz"])
+
+
+SMALL = """\
+schema_version: 1
+name: s
+kernels: [reference]
+cases:
+  - {shape: [1, 2, 64, 32]}
+"""
+
+
+def _load_text(tmp_path, text):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return load_suite(path, KNOWN)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("timing: " + "[" * 100_000 + "]" * 100_000, r"line 6: nested deeper than 16 levels"),
+        ("timing: " + "{a: " * 50_000 + "1" + "}" * 50_000, r"line 6: nested deeper than"),
+        ('threshold: "median:2%"\nthreshold: "median:90%"', r"line 7: duplicate key 'threshold'"),
+        ("timing: {rounds: 6, rounds: 3}", r"duplicate key 'rounds'"),
+        ("timing: {rounds: " + "9" * 5000 + "}", r"line 6: integer of 5000 characters"),
+        ("timing: {sample_target_ms: 1.0e+999}", r"timing\.sample_target_ms: .* got inf"),
+        ("timing: {alpha: .nan}", r"timing\.alpha: .* got nan"),
+        ("timing: {rounds: 1000000}", r"timing\.rounds: must be an integer from 1 to 200"),
+    ],
+    ids=["deep-list", "deep-map", "dup-top", "dup-inline", "5000-digits", "1e999", "nan", "rounds"],
+)
+def test_hostile_yaml_is_refused_with_the_line_or_field(tmp_path, extra, message):
+    with pytest.raises(BadInput, match=message):
+        _load_text(tmp_path, SMALL + extra + "\n")
+
+
+def test_yaml_aliases_are_refused_before_they_expand(tmp_path):
+    # "billion laughs": nine levels of nine aliases each expand to 9**9 strings.
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    text = SMALL.replace("cases:\n  - {shape: [1, 2, 64, 32]}\n", "cases:\n  - {shape: *a8}\n")
+    text += "laughs:\n" + "".join(f"  {line}\n" for line in lines)
+    with pytest.raises(BadInput, match=r"aliases \(\*name\) are not allowed") as err:
+        _load_text(tmp_path, text)
+    assert len(str(err.value)) < 300
+
+
+def test_huge_numbers_and_values_in_messages_are_cut(tmp_path):
+    huge = "9" * 400
+    with pytest.raises(BadInput, match=r"timing\.sample_target_ms: must be a finite") as err:
+        _load_text(tmp_path, SMALL + f"timing: {{sample_target_ms: {huge}.0}}\n")
+    assert len(str(err.value)) < 400
+    with pytest.raises(BadInput, match=r"cases\[0\]\.name: .*cut at 200 characters") as err:
+        _load_text(tmp_path, SMALL.replace("32]}", "32], name: '" + "a/" * 5000 + "'}"))
+    assert len(str(err.value)) < 400
+    with pytest.raises(BadInput, match=r"line 5: integer of 400 characters"):
+        _load_text(tmp_path, SMALL.replace("64, 32", f"{huge}, 32"))
+    with pytest.raises(BadInput, match=r"cases\[0\]\.shape\[2\]: must be an integer from 1 to"):
+        _load_text(tmp_path, SMALL.replace("64, 32", f"{huge[:30]}, 32"))
+
+
+def test_oversized_suite_file_is_refused_before_parsing(tmp_path):
+    with pytest.raises(BadInput, match=rf"over the {limits.MAX_SUITE_BYTES}-byte limit"):
+        _load_text(tmp_path, SMALL + "#" * limits.MAX_SUITE_BYTES + "\n")
+
+
+def test_timing_plan_cannot_ask_for_more_samples_than_a_file_may_hold():
+    plan = {"max_rounds": 200, "samples_per_round": limits.MAX_SAMPLES_PER_CASE // 100}
+    with pytest.raises(BadInput, match=r"timing\.samples_per_round: times max_rounds"):
+        parse_suite(bad(timing=plan), "suite.yaml", KNOWN)
