@@ -47,6 +47,8 @@ class CompareOutcome:
 
     @property
     def exit_code(self) -> ExitCode:
+        """The comparison's (which has no verdict without a gated case compared), or,
+        with nothing to compare with, never a pass."""
         if self.comparison is not None:
             return self.comparison.exit_code
         if self.candidate.correctness_failures:
@@ -54,6 +56,12 @@ class CompareOutcome:
         if any(c.case.gate for c in self.candidate.infra_failures):
             return ExitCode.INFRA
         return ExitCode.BAD_INPUT  # nothing to compare with: a configuration problem
+
+    @property
+    def headline(self) -> str:
+        if self.comparison is not None:
+            return self.comparison.headline
+        return f"NO VERDICT: {self.no_verdict_reason}"
 
 
 def load_plugins(modules: Sequence[str], paths: Sequence[str] = ()) -> None:
