@@ -7,6 +7,7 @@ prints. Progress goes to the ``progress`` callback the caller passes in.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -245,13 +246,15 @@ def worktree(ref: str, repo: str | Path = ".") -> Iterator[Path]:
         raise BadInput(f"--against {ref}: not a commit in this repository")
     tmp = Path(tempfile.mkdtemp(prefix="guard-against-"))
     path = tmp / "tree"
-    added = git("worktree", "add", "--detach", str(path), resolved.stdout.strip())
-    if added.returncode != 0:
-        raise InfraError(f"git worktree add {ref}: {added.stderr.strip()}")
     try:
+        added = git("worktree", "add", "--detach", str(path), resolved.stdout.strip())
+        if added.returncode != 0:
+            raise InfraError(f"git worktree add {ref}: {added.stderr.strip()}")
         yield path
     finally:
-        git("worktree", "remove", "--force", str(path))
+        if path.exists():
+            git("worktree", "remove", "--force", str(path))
+        shutil.rmtree(tmp, ignore_errors=True)
         git("worktree", "prune")
 
 

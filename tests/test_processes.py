@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,20 @@ def _repo(tmp_path: Path) -> Path:
     _git(repo, "add", ".")
     _git(repo, "commit", "-qm", "base")
     return repo
+
+
+# --------------------------------------------------------------------------- 5. worktrees
+
+
+def test_worktree_removes_its_whole_temporary_folder(tmp_path, monkeypatch):
+    repo = _repo(tmp_path)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    with core.worktree("HEAD", repo) as tree:
+        assert (tree / "kernels" / "registry.py").exists()
+    assert list(scratch.iterdir()) == []
+    assert _git(repo, "worktree", "list").strip().count("\n") == 0
 
 
 # --------------------------------------------------------------------------- 6. no verdict
