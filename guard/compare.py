@@ -4,6 +4,7 @@ Per case: the ratio candidate / baseline with a round-resampling bootstrap inter
 (``guard.stats``), placed against the case's threshold band. The interval level is
 chosen so that the whole check's false-alarm rate stays under the suite's alpha
 across the gated cases. Correctness failures fail the check whatever the timing says.
+No gated case compared, no verdict: exit 2 and "NO VERDICT", never a pass.
 """
 
 from __future__ import annotations
@@ -82,7 +83,27 @@ class Comparison:
             return ExitCode.FAIL
         if any(c.infra_failure for c in self.cases):
             return ExitCode.INFRA
+        if self.no_verdict_reason:
+            return ExitCode.BAD_INPUT  # neutral: nothing measured that could pass
         return ExitCode.PASS
+
+    @property
+    def no_verdict_reason(self) -> str:
+        """Why no gated case was compared ("" when one was): then there is no verdict."""
+        if any(c.gate and c.status is Status.COMPARED for c in self.cases):
+            return ""
+        if not self.cases:
+            return "the candidate has no cases"
+        gated = [c for c in self.cases if c.gate]
+        if not gated:
+            return f"none of the {len(self.cases)} case(s) is gated"
+        counts: dict[str, int] = {}
+        for c in gated:
+            counts[c.status.value] = counts.get(c.status.value, 0) + 1
+        text = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        first = next((c for c in gated if c.reason), None)
+        example = f"; {first.case_id}: {first.reason}" if first else ""
+        return f"gated case(s): {text}{example}"
 
     @property
     def headline(self) -> str:
@@ -98,6 +119,8 @@ class Comparison:
             return "FAIL: " + ", ".join(parts)
         if errors:
             return f"ERROR: {len(errors)} gated case(s) crashed, timed out or failed to build"
+        if self.no_verdict_reason:
+            return f"NO VERDICT: no gated case was measured ({self.no_verdict_reason})"
         improved = sum(1 for c in self.cases if c.gate and c.verdict is Verdict.IMPROVEMENT)
         inconclusive = sum(1 for c in self.cases if c.gate and c.verdict is Verdict.INCONCLUSIVE)
         too_few = sum(1 for c in self.cases if c.gate and c.status is Status.TOO_FEW_ROUNDS)

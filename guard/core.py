@@ -7,23 +7,40 @@ prints. Progress goes to the ``progress`` callback the caller passes in.
 from __future__ import annotations
 
 import contextlib
+import functools
+import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from guard import env as guard_env
 from guard import results
 from guard.compare import Comparison, compare_runs, replace_cases
 from guard.errors import BadInput, ExitCode, GuardError, InfraError, shown
 from guard.results import RunResult
-from guard.runner import Arm, ProgressFn, Session, _noop
+from guard.runner import Arm, ProgressFn, Session, _noop, sigterm_unwinds
 from guard.suite import Suite, load_suite
 
 DEFAULT_SUITE = Path("suites/default.yaml")
 DEFAULT_BASELINES = Path("baselines")
 SEQUENTIAL_STEP = 2  # extra rounds per step for inconclusive cases
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def _unwinds_on_sigterm(fn: _F) -> _F:
+    """Run ``fn`` with SIGTERM raising SystemExit(143), so that a cancelled CI job still
+    kills its workers and removes its worktree (``finally`` blocks run)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with sigterm_unwinds():
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,8 @@ class CompareOutcome:
 
     @property
     def exit_code(self) -> ExitCode:
+        """The comparison's (which has no verdict without a gated case compared), or,
+        with nothing to compare with, never a pass."""
         if self.comparison is not None:
             return self.comparison.exit_code
         if self.candidate.correctness_failures:
@@ -54,6 +73,12 @@ class CompareOutcome:
         if any(c.case.gate for c in self.candidate.infra_failures):
             return ExitCode.INFRA
         return ExitCode.BAD_INPUT  # nothing to compare with: a configuration problem
+
+    @property
+    def headline(self) -> str:
+        if self.comparison is not None:
+            return self.comparison.headline
+        return f"NO VERDICT: {self.no_verdict_reason}"
 
 
 def load_plugins(modules: Sequence[str], paths: Sequence[str] = ()) -> None:
@@ -105,6 +130,7 @@ def _plan_rounds(session: Session, opts: MeasureOptions) -> tuple[int, int]:
     return rounds, max_rounds
 
 
+@_unwinds_on_sigterm
 def check(
     suite: Suite, opts: MeasureOptions = MeasureOptions(), progress: ProgressFn = _noop
 ) -> RunResult:
@@ -114,6 +140,7 @@ def check(
     return session.results()["candidate"]
 
 
+@_unwinds_on_sigterm
 def run(
     suite: Suite,
     opts: MeasureOptions = MeasureOptions(),
@@ -187,6 +214,7 @@ def _sequential(session: Session, baseline_of, opts: MeasureOptions, alpha: floa
     return comparison
 
 
+@_unwinds_on_sigterm
 def compare_with_baseline(
     suite: Suite,
     baseline: RunResult | None,
@@ -237,16 +265,19 @@ def worktree(ref: str, repo: str | Path = ".") -> Iterator[Path]:
         raise BadInput(f"--against {ref}: not a commit in this repository")
     tmp = Path(tempfile.mkdtemp(prefix="guard-against-"))
     path = tmp / "tree"
-    added = git("worktree", "add", "--detach", str(path), resolved.stdout.strip())
-    if added.returncode != 0:
-        raise InfraError(f"git worktree add {ref}: {added.stderr.strip()}")
     try:
+        added = git("worktree", "add", "--detach", str(path), resolved.stdout.strip())
+        if added.returncode != 0:
+            raise InfraError(f"git worktree add {ref}: {added.stderr.strip()}")
         yield path
-    finally:
-        git("worktree", "remove", "--force", str(path))
+    finally:  # also on SIGTERM: the measuring entry points turn it into SystemExit
+        if path.exists():
+            git("worktree", "remove", "--force", str(path))
+        shutil.rmtree(tmp, ignore_errors=True)
         git("worktree", "prune")
 
 
+@_unwinds_on_sigterm
 def compare_against(
     suite: Suite,
     ref: str,
@@ -295,6 +326,7 @@ class RefreshOutcome:
     changes: tuple[BaselineChange, ...]
 
 
+@_unwinds_on_sigterm
 def refresh_baseline(
     suite: Suite,
     directory: str | Path = DEFAULT_BASELINES,

@@ -5,6 +5,9 @@ with NaN guard regions on both sides (kernels that accept ``out=``), or a NaN-fi
 block freed just before the call so the caching allocator hands it to the kernel
 (kernels that allocate their own output); a float32 reference (float64 on the CPU);
 relative-norm and max error against ``factor * yardstick + floor``; NaN/Inf fail.
+The same test is applied, after a round's samples, to the output of the last timed call
+(for a CUDA graph: its output buffer after the last replay), so a kernel that is right
+on its first call and wrong afterwards is caught.
 
 Timing on a GPU: a sample is one CUDA-graph replay of ``k`` calls, ``k`` sized so the
 replay takes about ``sample_target_ms``, timed with a CUDA event pair and divided by
@@ -24,6 +27,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -82,24 +86,46 @@ def call_kernel(fn: Callable, q, k, v, causal: bool, accepts_out: bool) -> torch
     return result
 
 
+@dataclass(frozen=True)
+class Yardstick:
+    """The high-precision reference for one set of inputs, and the error bounds."""
+
+    ref: torch.Tensor
+    rel_bound: float
+    max_bound: float
+    yard_rel: float
+    seed: int
+
+    @classmethod
+    def of(cls, q, k, v, causal: bool, tol: Tolerance, seed: int) -> Yardstick:
+        """float32 reference (float64 on the CPU); bounds from SDPA's own error."""
+        from kernels.reference import attention_reference
+        from kernels.sdpa import sdpa_default
+
+        ref_dtype = torch.float64 if q.device.type == "cpu" else torch.float32
+        ref = attention_reference(q, k, v, causal=causal, dtype=ref_dtype)
+        yard_rel, yard_max = _errors(sdpa_default(q, k, v, causal=causal), ref)
+        rel_bound = tol.factor * yard_rel + tol.rel_norm_floor
+        max_bound = tol.factor * yard_max + tol.max_abs_floor
+        return cls(ref, rel_bound, max_bound, yard_rel, seed)
+
+
 def check(
     fn: Callable, case: Case, tol: Tolerance, seed: int, device: str, accepts_out: bool
 ) -> Correctness:
     """Compare the kernel with a high-precision reference on fresh inputs."""
-    from kernels.reference import attention_reference
-    from kernels.sdpa import sdpa_default
-
     q, k, v = make_inputs(case, seed, device)
-    ref_dtype = torch.float64 if device == "cpu" else torch.float32
-    ref = attention_reference(q, k, v, causal=case.causal, dtype=ref_dtype)
-    yard_rel, yard_max = _errors(sdpa_default(q, k, v, causal=case.causal), ref)
-    rel_bound = tol.factor * yard_rel + tol.rel_norm_floor
-    max_bound = tol.factor * yard_max + tol.max_abs_floor
+    yard = Yardstick.of(q, k, v, case.causal, tol, seed)
+    return judge(call_kernel(fn, q, k, v, case.causal, accepts_out), q, yard)
+
+
+def judge(out: Any, q: torch.Tensor, yard: Yardstick) -> Correctness:
+    """Whether ``out`` is the attention output for ``q`` within ``yard``'s bounds."""
+    ref, rel_bound, max_bound = yard.ref, yard.rel_bound, yard.max_bound
 
     def result(passed: bool, rel=None, mx=None, message: str = "") -> Correctness:
-        return Correctness(passed, rel, mx, rel_bound, max_bound, yard_rel, seed, message)
+        return Correctness(passed, rel, mx, rel_bound, max_bound, yard.yard_rel, yard.seed, message)
 
-    out = call_kernel(fn, q, k, v, case.causal, accepts_out)
     if not isinstance(out, torch.Tensor):
         return result(False, message=f"returned {type(out).__name__}, not a tensor")
     if tuple(out.shape) != tuple(q.shape):
@@ -156,12 +182,15 @@ class Prepared:
 
     def __init__(self, fn: Callable, case: Case, plan: TimingPlan, seed: int, device: str):
         self.device = device
+        self.case, self.seed = case, seed
         q, k, v = make_inputs(case, seed, device)
+        self._inputs = (q, k, v)
 
         def run() -> object:
             return fn(q, k, v, causal=case.causal)
 
         self._run = run
+        self._out: object = None  # the last timed call's output (a graph's static output)
         # Warm up (compilation, autotune lookups, cuDNN plans) and estimate one call.
         run()
         _sync(device)
@@ -188,8 +217,10 @@ class Prepared:
             self._end = torch.cuda.Event(enable_timing=True)
 
     def _eager(self) -> None:
-        for _ in range(self.calls):
+        self._out = None  # free the previous output first, as plain calls would
+        for _ in range(self.calls - 1):
             self._run()
+        self._out = self._run()  # kept for ``verify``
 
     def _capture(self) -> Callable[[], None]:
         stream = torch.cuda.Stream()
@@ -199,9 +230,11 @@ class Prepared:
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            for _ in range(self.calls):
+            for _ in range(self.calls - 1):
                 self._run()
+            out = self._run()
         self._graph = graph  # keep it (and its memory pool) alive
+        self._out = out  # the last call's output, rewritten by every replay
         graph.replay()
         torch.cuda.synchronize()
         return graph.replay
@@ -228,19 +261,33 @@ class Prepared:
                 out.append((time.perf_counter() - t0) / self.calls)
         return out
 
+    def verify(self, tol: Tolerance) -> Correctness:
+        """Check the output of the last timed call (for a CUDA graph: its output buffer
+        after the last replay) against the reference, as the correctness check does."""
+        _sync(self.device)
+        q, k, v = self._inputs
+        return judge(self._out, q, Yardstick.of(q, k, v, self.case.causal, tol, self.seed))
 
-def warm_round(prepared: list[Prepared], plan: TimingPlan) -> None:
+
+def warm_round(
+    prepared: list[Prepared],
+    plan: TimingPlan,
+    on_spin: Callable[[Prepared], None] | None = None,
+) -> None:
     """Keep the GPU busy for ``round_warmup_ms`` before any sample is taken.
 
     Measured on an H200 (calibration pool, 74 rounds): without it the first case
     timed in a fresh process ran 2.8% faster than the same case later in the round,
-    as clocks settle under sustained load.
+    as clocks settle under sustained load. ``on_spin`` is told before each case's
+    replay (the worker announces the case, so a crash there is blamed on it).
     """
     if not prepared or prepared[0].device != "cuda":
         return
     t0 = time.perf_counter()
     while (time.perf_counter() - t0) * 1e3 < plan.round_warmup_ms:
         for p in prepared:
+            if on_spin is not None:
+                on_spin(p)
             p.spin()
         torch.cuda.synchronize()
 

@@ -2,14 +2,26 @@
 
 Each round of each arm is one ``python -m guard.worker`` process; the arms (this tree,
 and the base ref's tree for ``--against``) alternate round by round, and the order of
-cases is shuffled in every round. A worker that crashes, hangs past the per-case
-timeout, or loses its CUDA context costs only the case it was on: the runner records
-that case's failure with the worker's last output and starts a fresh worker for the
-rest. Nothing is written here; callers save the returned results atomically.
+cases is shuffled in every round. A worker that crashes, exits (``os._exit``), hangs
+past the per-case timeout, or loses its CUDA context costs only the case it was on (the
+worker announces each case before running it): the runner records that case's failure
+with the tail of the worker's output and starts a fresh worker for the rest. Nothing is
+written here; callers save the returned results atomically.
+
+Process lifetime: each worker leads its own process group (``start_new_session``), and
+that whole group (the worker, whatever its kernels started, its watchdog) is killed
+when the worker ends, when its case times out, and when the guard leaves the round by
+any exception (``sigterm_unwinds`` turns SIGTERM into one; an ``atexit`` hook covers
+the rest). If the guard itself is SIGKILLed, the worker dies with it (``PR_SET_PDEATHSIG``)
+and the worker's watchdog process kills the group when the worker's stdin, held open by
+the guard for the round, reaches end of file. Limits: a process that leaves the group
+(``setsid``, ``setpgid``) escapes all of this, and a guard killed between starting a
+worker and the worker's first instructions leaves it to the stdin check alone.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -19,11 +31,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -35,6 +46,7 @@ from guard.results import (
     OK,
     SCHEMA_VERSION,
     TIMEOUT,
+    WRONG,
     CaseResult,
     Correctness,
     Environment,
@@ -47,6 +59,8 @@ from guard.suite import Case, Suite, TimingPlan
 GUARD_ROOT = Path(__file__).resolve().parent.parent
 SANITIZER_FOUND = 87  # compute-sanitizer's exit code when it reports memory errors
 STARTUP_TIMEOUT_S = 300.0  # torch import + CUDA init on a cold machine
+LOG_TAIL_BYTES = 64 * 1024  # of a worker's stderr kept in memory (a kernel may print GBs)
+LOG_TAIL_LINES = 20  # of those, the lines a failed case keeps in the results
 
 
 @dataclass(frozen=True)
@@ -232,7 +246,7 @@ class Session:
         self, arm: Arm, mode: str, cases: list[Case], round_index: int, total_rounds: int
     ) -> None:
         states = self.states[arm.name]
-        remaining = [c for c in cases]
+        remaining = list(cases)
         started, t0 = now_iso(), time.monotonic()
         first_state: dict[str, Any] = {}
         last_state: dict[str, Any] = {}
@@ -242,47 +256,60 @@ class Session:
             # so each case gets a worker of its own and the finding lands on that case.
             batch = remaining[:1] if self.sanitize else remaining
             job = self._job(arm, mode, batch, round_index)
-            events = self._spawn(job)
+            # The case the worker is on: announced ("begin") before it runs, cleared
+            # when its result arrives, so a worker that dies is blamed on that case only.
             current: str | None = batch[0].id if self.sanitize else None
             progressed = False
-            for event in events:
-                kind = event.get("event")
-                if kind == "hello":
-                    first_state = first_state or event.get("gpu_state", {})
-                elif kind == "begin":
-                    current = event["case"]
-                    self.progress(
-                        Progress(
-                            mode, arm.name, round_index, total_rounds, current, done, len(cases)
+            with contextlib.closing(self._spawn(job)) as events:
+                for event in events:
+                    kind = event.get("event")
+                    if kind == "hello":
+                        first_state = first_state or event.get("gpu_state", {})
+                    elif kind == "begin":
+                        current = event["case"]
+                        self.progress(
+                            Progress(
+                                mode, arm.name, round_index, total_rounds, current, done, len(cases)
+                            )
                         )
-                    )
-                elif kind == "result":
-                    cid = event["case"]
-                    self._record(states[cid], mode, event)
-                    remaining = [c for c in remaining if c.id != cid]
-                    progressed, done = True, done + 1
-                    current = cid if self.sanitize else None
-                elif kind == "done":
-                    last_state = event.get("gpu_state", {})
-                elif kind in ("exit", "timeout", "fatal"):
-                    failed = current or (remaining[0].id if remaining else None)
-                    if self.sanitize and event.get("code") == SANITIZER_FOUND:
-                        failed = batch[0].id  # even if the case had reported "ok"
-                        state = states[failed]
-                        if state.status != OK:  # keep its error, add the sanitizer's report
-                            state.reason += f"; {event.get('reason', '')}"
-                            state.output = event.get("output", "") or state.output
-                    if failed is None:
+                    elif kind == "result":
+                        cid = event["case"]
+                        self._record(states[cid], mode, event)
+                        remaining = [c for c in remaining if c.id != cid]
+                        progressed, done = True, done + 1
+                        current = cid if self.sanitize else None
+                    elif kind == "done":
+                        last_state = event.get("gpu_state", {})
+                    elif kind in ("exit", "timeout", "fatal"):
+                        status = TIMEOUT if kind == "timeout" else CRASHED
+                        reason = event.get("reason", "worker failed")
+                        output = event.get("output", "")
+                        failed = current
+                        if self.sanitize and event.get("code") == SANITIZER_FOUND:
+                            failed = batch[0].id  # even if the case had reported "ok"
+                            state = states[failed]
+                            if state.status != OK:  # keep its error, add the sanitizer's
+                                state.reason += f"; {reason}"
+                                state.output = output or state.output
+                        if failed is None:
+                            # Between cases: nobody to blame. A fresh worker takes the
+                            # rest, unless this one ran nothing (then none can start).
+                            if not progressed and remaining:
+                                for c in remaining:
+                                    why = f"{reason} (before any case started)"
+                                    self._fail(states[c.id], status, why, output)
+                                done += len(remaining)
+                                remaining = []
+                            break
+                        if current is not None and failed == current and status == CRASHED:
+                            reason = f"{reason} while running this case"
+                        self._fail(states[failed], status, reason, output)
+                        remaining = [c for c in remaining if c.id != failed]
+                        done += 1
+                        progressed = True
                         break
-                    status = TIMEOUT if kind == "timeout" else CRASHED
-                    reason = event.get("reason", "worker failed")
-                    self._fail(states[failed], status, reason, event.get("output", ""))
-                    remaining = [c for c in remaining if c.id != failed]
-                    done += 1
-                    progressed = True
-                    break
             if remaining and not progressed:
-                # The worker died before any case (cannot start): fail the rest, loudly.
+                # The worker ended without a word about the rest (cannot start): fail them.
                 for c in remaining:
                     self._fail(states[c.id], CRASHED, "worker exited before running any case", "")
                 break
@@ -311,6 +338,9 @@ class Session:
                 self._fail(state, status, event.get("reason", ""), event.get("output", ""))
             return
         if status != OK:
+            corr = event.get("correctness")
+            if status == WRONG and corr and state.status == OK:  # the timed calls' output
+                state.correctness = Correctness(**corr)
             self._fail(state, status, event.get("reason", ""), event.get("output", ""))
             return
         state.rounds.append(tuple(float(x) for x in event["samples"]))
@@ -342,8 +372,13 @@ class Session:
             "20",
         ]
 
-    def _spawn(self, job: dict[str, Any]):
-        """Start a worker and yield its events; synthesize exit/timeout events."""
+    def _spawn(self, job: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
+        """Start a worker and yield its events; synthesize exit/timeout events.
+
+        The worker's process group is killed when the worker ends (its kernels' children
+        go with it) and when this generator is closed for any reason. Its stdin stays
+        open until then: end of file there tells its watchdog the guard is gone.
+        """
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(GUARD_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
@@ -351,20 +386,26 @@ class Session:
         env["PYTHONUNBUFFERED"] = "1"
         if self.sanitize:  # memcheck sees cudaMalloc bounds, not torch's sub-allocations
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
-        with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as err:
-            try:
-                proc = subprocess.Popen(
-                    [*self._sanitizer(), self.python, "-m", "guard.worker"],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=err,
-                    cwd=str(GUARD_ROOT),
-                    env=env,
-                    text=True,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise InfraError(f"cannot start a worker process ({exc})") from None
+        err_read, err_write = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                [*self._sanitizer(), self.python, "-m", "guard.worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err_write,
+                cwd=str(GUARD_ROOT),
+                env=env,
+                text=True,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            os.close(err_read)
+            raise InfraError(f"cannot start a worker process ({exc})") from None
+        finally:
+            os.close(err_write)
+        _LIVE[proc.pid] = proc
+        log = LogTail(err_read)
+        try:
             lines: queue.Queue[str | None] = queue.Queue()
 
             def pump() -> None:
@@ -376,58 +417,102 @@ class Session:
             threading.Thread(target=pump, daemon=True).start()
             try:
                 assert proc.stdin is not None
-                proc.stdin.write(json.dumps(job))
-                proc.stdin.close()
-            except BrokenPipeError:
+                proc.stdin.write(json.dumps(job) + "\n")
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError):
                 pass
 
-            def tail() -> str:
-                err.flush()
-                err.seek(0)
-                text = err.read()
-                return "\n".join(text.strip().splitlines()[-20:])
-
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
-            try:
-                while True:
+            finished = False  # the worker said "done"
+            while True:
+                try:
+                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    _kill_group(proc)
+                    yield {
+                        "event": "timeout",
+                        "output": log.text(wait_s=5.0),  # complete once the group is dead
+                        "reason": f"no progress within {self.plan.case_timeout_s:g} s "
+                        "(hung, or too slow); worker killed",
+                    }
+                    return
+                if line is None:
                     try:
-                        line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-                    except queue.Empty:
-                        _kill(proc)
-                        yield {
-                            "event": "timeout",
-                            "output": tail(),
-                            "reason": f"no progress within {self.plan.case_timeout_s:g} s "
-                            "(hung, or too slow); worker killed",
-                        }
-                        return
-                    if line is None:
+                        code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:  # stuck on its way out
+                        _kill_group(proc)
                         code = proc.wait()
-                        if code != 0:
-                            reason = _exit_reason(code)
-                            yield {
-                                "event": "exit",
-                                "reason": reason,
-                                "output": tail(),
-                                "code": code,
-                            }
-                        return
-                    try:
-                        event = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue
-                    if event.get("event") in ("begin", "result"):
-                        deadline = time.monotonic() + self.plan.case_timeout_s
-                    if event.get("event") == "fatal":
-                        last = (event.get("output") or "worker failed").splitlines()[-1]
-                        event["reason"] = f"worker failed: {last}"
-                    yield event
-            finally:
-                if proc.poll() is None:
-                    _kill(proc)
+                    _kill_group(proc)  # what its kernels started dies with the worker
+                    if code != 0 or not finished:
+                        yield {
+                            "event": "exit",
+                            "reason": _exit_reason(code, finished),
+                            "output": log.text(wait_s=5.0),
+                            "code": code,
+                        }
+                    return
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if event.get("event") in ("begin", "result"):
+                    deadline = time.monotonic() + self.plan.case_timeout_s
+                if event.get("event") == "done":
+                    finished = True
+                if event.get("event") == "fatal":
+                    last = (event.get("output") or "worker failed").splitlines()[-1]
+                    event["reason"] = f"worker failed: {last}"
+                yield event
+        finally:
+            _stop(proc)
 
 
-def _exit_reason(code: int) -> str:
+class LogTail:
+    """Drain a pipe in a thread, keeping only its last ``limit`` bytes.
+
+    A worker's stderr holds whatever its kernels print; one that prints gigabytes costs
+    this process ``limit`` bytes of memory and no disk.
+    """
+
+    def __init__(self, fd: int, limit: int = LOG_TAIL_BYTES) -> None:
+        self.limit = limit
+        self.total = 0  # bytes read so far
+        self._fd = fd
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        try:
+            while chunk := os.read(self._fd, 1 << 16):
+                with self._lock:
+                    self.total += len(chunk)
+                    self._buf += chunk
+                    if len(self._buf) > 2 * self.limit:
+                        del self._buf[: -self.limit]
+        except OSError:
+            pass
+        finally:
+            os.close(self._fd)  # at end of file: every writer (the worker's group) is gone
+
+    def text(self, wait_s: float = 0.0, lines: int = LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines of the kept bytes (after up to ``wait_s`` for end of
+        file), preceded by a note of how many bytes were cut before them."""
+        self._thread.join(wait_s)
+        with self._lock:
+            data = bytes(self._buf[-self.limit :])
+            total = self.total
+        stripped = data.rstrip()
+        kept = stripped.splitlines(keepends=True)[-lines:]
+        text = b"".join(kept).decode("utf-8", errors="replace")
+        cut = total - len(data) + len(stripped) - sum(len(line) for line in kept)
+        if cut > 0:
+            return f"[guard: {cut} earlier bytes of output cut]\n{text}"
+        return text
+
+
+def _exit_reason(code: int, finished: bool = False) -> str:
     from guard.worker import CONTEXT_LOST
 
     if code == SANITIZER_FOUND:
@@ -439,11 +524,65 @@ def _exit_reason(code: int) -> str:
             return f"worker killed by signal {signal.Signals(-code).name}"
         except ValueError:
             return f"worker killed by signal {-code}"
+    if code == 0 and not finished:
+        return "worker exited with code 0 before finishing (os._exit or sys.exit in a kernel?)"
     return f"worker exited with code {code}"
 
 
-def _kill(proc: subprocess.Popen) -> None:
+# Workers whose process group may still be alive, by pid (= process group id).
+_LIVE: dict[int, subprocess.Popen] = {}
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker's whole process group (it leads it: pgid == pid).
+
+    Until ``_stop`` closes the worker's stdin its watchdog keeps the group alive, so the
+    id cannot have been reused by an unrelated group."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill the worker's group, close its stdin (the watchdog's signal), reap it."""
+    _kill_group(proc)
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)
+    _LIVE.pop(proc.pid, None)
+
+
+@atexit.register
+def kill_all_workers() -> None:
+    """Kill every worker group still alive (the guard is leaving)."""
+    for proc in list(_LIVE.values()):
+        _stop(proc)
+
+
+def _raise_on_sigterm(signum: int, frame: object) -> None:
+    signal.signal(signum, _ignore_repeat)  # a second SIGTERM must not cut the cleanup short
+    raise SystemExit(128 + signum)
+
+
+def _ignore_repeat(signum: int, frame: object) -> None:
+    pass
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """While inside, SIGTERM raises ``SystemExit(143)`` so ``finally`` blocks run: workers
+    are killed, a ``--against`` worktree removed. Only where SIGTERM has its default
+    action and on the main thread (signal handlers live there); restored on the way out.
+    """
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)

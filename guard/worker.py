@@ -1,22 +1,38 @@
 """A worker process: runs one round of one arm and reports case by case.
 
-Started by ``guard.runner`` as ``python -m guard.worker`` with a JSON job on stdin. It
-writes one JSON object per line to its *original* stdout and sends everything else
-(including whatever kernels print) to stderr, so a chatty kernel cannot corrupt the
-protocol. Events: ``hello``, then ``begin``/``result`` per case, then ``done``.
-A CUDA error that poisons the context ends the worker (exit 86) after reporting the
-case, and the runner starts a fresh one for the remaining cases.
+Started by ``guard.runner`` as ``python -m guard.worker``, the leader of its own process
+group, with a JSON job as the first line of stdin; the guard keeps stdin open for the
+round. It writes one JSON object per line to its *original* stdout and sends everything
+else (including whatever kernels print) to stderr, so a chatty kernel cannot corrupt the
+protocol. Events: ``hello``, then ``begin`` (before a case runs, so a worker that dies is
+blamed on that case) and ``result`` per case, then ``done``. A case that raises, or calls
+``sys.exit``, is reported as that case's error. A CUDA error that poisons the context
+ends the worker (exit 86) after reporting the case, and the runner starts a fresh one
+for the remaining cases.
+
+Dying with the guard: the worker asks Linux for SIGKILL when its parent dies
+(``PR_SET_PDEATHSIG``), and forks a watchdog process into its group that waits for end
+of file on stdin (the guard closed it, or died) and then SIGKILLs the whole group, the
+kernels' children included. The watchdog is a process rather than a thread because a
+thread dies with the SIGKILLed worker, and cannot run at all while a hung native call
+holds the GIL. Limits: a descendant that leaves the group (``setsid``) escapes it; a
+kernel that closes or reads fd 0 blinds it (the runner still kills the group).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 from typing import Any, TextIO
 
 CONTEXT_LOST = 86
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# What a case may raise and still be only that case's failure: SystemExit is a kernel
+# calling sys.exit, which must not end the worker (and every case after it).
+CASE_ERRORS = (Exception, SystemExit)
 
 
 def _emit(stream: TextIO, **event: Any) -> None:
@@ -42,7 +58,13 @@ def _context_alive(device: str) -> bool:
         return False
 
 
-def _report_failure(proto: TextIO, case_id: str, exc: Exception, device: str) -> bool:
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit: the kernel called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {_tail(str(exc), 1)}"
+
+
+def _report_failure(proto: TextIO, case_id: str, exc: BaseException, device: str) -> bool:
     """Report a case that raised; True when the CUDA context is lost (worker must end)."""
     from guard import measure
     from guard.results import CRASHED, WRONG
@@ -53,7 +75,7 @@ def _report_failure(proto: TextIO, case_id: str, exc: Exception, device: str) ->
         event="result",
         case=case_id,
         status=status,
-        reason=f"{type(exc).__name__}: {_tail(str(exc), 1)}",
+        reason=_describe(exc),
         output=_tail(traceback.format_exc(), 30),
     )
     return not _context_alive(device)
@@ -102,12 +124,12 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
             try:
                 loaded[case.kernel] = spec.loader()
                 hashes[case.kernel] = spec.source_hash()  # read its sources once
-            except Exception as exc:
+            except CASE_ERRORS as exc:
                 _emit(
                     proto,
                     **base,
                     status=BUILD_FAILED,
-                    reason=f"{type(exc).__name__}: {_tail(str(exc), 1)}",
+                    reason=_describe(exc),
                     output=_tail(traceback.format_exc(), 30),
                 )
                 loaded[case.kernel] = None
@@ -136,13 +158,17 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
                 )
             else:
                 prepared.append((case, measure.Prepared(fn, case, plan, seed, device)))
-        except Exception as exc:
+        except CASE_ERRORS as exc:
             if _report_failure(proto, case.id, exc, device):
                 return CONTEXT_LOST
 
     if mode == "time" and prepared:
         # Samples are taken in passes over every case, after one warm-up for the round.
-        measure.warm_round([p for _, p in prepared], plan)
+        measure.warm_round(
+            [p for _, p in prepared],
+            plan,
+            on_spin=lambda p: _emit(proto, event="begin", case=p.case.id),
+        )
         samples: dict[str, list[float]] = {case.id: [] for case, _ in prepared}
         for i, n in enumerate(measure.pass_sizes(plan)):
             live = list(prepared)
@@ -150,11 +176,29 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
                 _emit(proto, event="begin", case=case.id)
                 try:
                     samples[case.id] += prep.sample(n)
-                except Exception as exc:
+                except CASE_ERRORS as exc:
                     prepared.remove((case, prep))
                     if _report_failure(proto, case.id, exc, device):
                         return CONTEXT_LOST
         for case, prep in prepared:
+            # The timed calls' output too: a kernel right on its first call only is wrong.
+            _emit(proto, event="begin", case=case.id)
+            try:
+                verdict = prep.verify(tolerances.get(case.dtype, Tolerance()))
+            except CASE_ERRORS as exc:
+                if _report_failure(proto, case.id, exc, device):
+                    return CONTEXT_LOST
+                continue
+            if not verdict.passed:
+                _emit(
+                    proto,
+                    event="result",
+                    case=case.id,
+                    status=WRONG,
+                    reason=f"output of the timed calls: {verdict.message}",
+                    correctness=verdict.__dict__,
+                )
+                continue
             _emit(
                 proto,
                 event="result",
@@ -169,12 +213,67 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
     return 0
 
 
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (no-op elsewhere).
+
+    The signal comes when the parent *thread* that started us ends; the runner starts
+    workers from the thread that then waits for them."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _start_watchdog() -> None:
+    """Fork a process that SIGKILLs this process group once stdin reaches end of file.
+
+    Call after the job has been read from stdin (the watchdog reads the rest) and before
+    any thread exists. It keeps only fd 0, so it holds no pipe the runner waits on.
+    Only when stdin is a pipe (a job file redirected by hand ends at once)."""
+    import stat
+
+    if not stat.S_ISFIFO(os.fstat(0).st_mode):
+        return
+    try:
+        pid = os.fork()
+    except OSError:
+        return  # the runner still kills the group; only a SIGKILLed guard goes uncovered
+    if pid:
+        return
+    try:
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.closerange(3, 1 << 16)
+        while os.read(0, 1 << 12):
+            pass
+    except BaseException:
+        pass
+    finally:
+        try:
+            os.killpg(0, signal.SIGKILL)
+        finally:
+            os._exit(0)
+
+
 def main() -> int:
+    _die_with_parent(os.getppid())
     # Keep the protocol on a private copy of stdout; route fd 1 to stderr.
     proto = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    job = json.loads(sys.stdin.read())
+    line = sys.stdin.readline()  # the job; stdin then stays open until the round ends
+    if not line:
+        return 1  # the guard went away before sending a job
+    job = json.loads(line)
+    _start_watchdog()
     root = job.get("kernels_root")
     if root:
         sys.path.insert(0, root)  # the --against arm: its kernels, this guard

@@ -1,13 +1,17 @@
 """Fault-injection kernels for the guard's own tests (never in the users' registry).
 
 Importing this module registers them. ``FAULT_SLOW_MS`` sets the planted delay of
-``fault_slow`` so a test can make one commit slower than another.
+``fault_slow`` so a test can make one commit slower than another. ``FAULT_PID_FILE``
+names a file where the ``fault_spawn*`` kernels append "worker-pid pgid child-pid", so
+a test can look for what outlived the guard.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 import time
 
 import torch
@@ -78,6 +82,82 @@ def fault_illegal_address(q, k, v, *, causal=False, scale=None):
     return attention(q, k, v, causal=causal, scale=scale)
 
 
+_calls = {"n": 0}  # calls of the "later" faults in this worker process
+_children: list[subprocess.Popen] = []
+
+
+def _later() -> bool:
+    """False on the first call in a process (the correctness check), True afterwards."""
+    _calls["n"] += 1
+    return _calls["n"] > 1
+
+
+def _spawn_sleeper() -> None:
+    """Start one ``sleep 300`` per worker (inheriting stdout/stderr, as a careless
+    kernel's helper would) and record the pids."""
+    if _children:
+        return
+    child = subprocess.Popen(["sleep", "300"])
+    _children.append(child)
+    path = os.environ.get("FAULT_PID_FILE")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"{os.getpid()} {os.getpgrp()} {child.pid}\n")
+
+
+def fault_spawn(q, k, v, *, causal=False, scale=None):
+    """Correct, but leaves a child process (sleep 300) behind."""
+    _spawn_sleeper()
+    return attention(q, k, v, causal=causal, scale=scale)
+
+
+def fault_spawn_hang(q, k, v, *, causal=False, scale=None):
+    """Starts a child process (sleep 300), then hangs."""
+    _spawn_sleeper()
+    time.sleep(3600)
+    return attention(q, k, v, causal=causal, scale=scale)
+
+
+def fault_os_exit(q, k, v, *, causal=False, scale=None):
+    """Ends its worker with os._exit(0)."""
+    os._exit(0)
+
+
+def fault_sys_exit(q, k, v, *, causal=False, scale=None):
+    """Calls sys.exit(0)."""
+    sys.exit(0)
+
+
+def fault_exit_later(q, k, v, *, causal=False, scale=None):
+    """Correct on its first call in a process, os._exit(0) on the next (while timed)."""
+    if _later():
+        os._exit(0)
+    return attention(q, k, v, causal=causal, scale=scale)
+
+
+def fault_nan_later(q, k, v, *, causal=False, scale=None):
+    """Correct on its first call in a process, NaN afterwards (while timed)."""
+    out = attention(q, k, v, causal=causal, scale=scale)
+    if _later():
+        out[..., 0, 0] = math.nan
+    return out
+
+
+def fault_wrong_later(q, k, v, *, causal=False, scale=None):
+    """Correct on its first call in a process, 2% too large afterwards (while timed)."""
+    out = attention(q, k, v, causal=causal, scale=scale)
+    return out * 1.02 if _later() else out
+
+
+def fault_chatty(q, k, v, *, causal=False, scale=None):
+    """Writes 4 MiB to stderr (one line), then ends its worker with exit code 3."""
+    block = b"x" * (1 << 20)
+    for _ in range(4):
+        os.write(2, block)
+    os.write(2, b"\nlast words of fault_chatty\n")
+    os._exit(3)
+
+
 def fault_cpu_only_wrong_on_gpu(q, k, v, *, causal=False, scale=None):
     return attention(q, k, v, causal=causal, scale=scale)
 
@@ -90,6 +170,14 @@ for _name, _fn, _probe, _out in (
     ("fault_slow", fault_slow, _any, False),
     ("fault_oob", fault_oob, _any, True),
     ("fault_illegal_address", fault_illegal_address, _cuda_only, False),
+    ("fault_spawn", fault_spawn, _any, False),
+    ("fault_spawn_hang", fault_spawn_hang, _any, False),
+    ("fault_os_exit", fault_os_exit, _any, False),
+    ("fault_sys_exit", fault_sys_exit, _any, False),
+    ("fault_exit_later", fault_exit_later, _any, False),
+    ("fault_nan_later", fault_nan_later, _any, False),
+    ("fault_wrong_later", fault_wrong_later, _any, False),
+    ("fault_chatty", fault_chatty, _any, False),
 ):
     kernels.register(
         KernelSpec(
