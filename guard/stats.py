@@ -86,6 +86,10 @@ class Interval:
     high: float
     confidence: float
     capped: bool = False
+    # One-sided upper bound at ``bound_confidence``: "unchanged" needs it below
+    # 1 + the case's minimum effect (see ``Rule``). None: not computed.
+    bound: float | None = None
+    bound_confidence: float | None = None
 
 
 # An interval wider than a factor of 1000 either way says nothing about a threshold of a
@@ -152,6 +156,7 @@ def ratio_interval(
     confidence: float,
     rng: np.random.Generator,
     n_resamples: int = 2000,
+    bound_confidence: float | None = None,
 ) -> Interval:
     """Ratio of candidate to baseline, with an interval that resamples rounds.
 
@@ -162,28 +167,34 @@ def ratio_interval(
     too narrow, and at the family-adjusted levels the guard uses (about 0.998) the
     resampled tails hold too few points to be read directly.
     Needs at least two rounds in each arm; raises ValueError otherwise.
+    ``bound_confidence`` also gives the one-sided upper bound at that level.
     """
     lb, lc = _log_medians(baseline), _log_medians(candidate)
     if lb.size < 2 or lc.size < 2:
         raise ValueError("a ratio interval needs at least two rounds in each arm")
     diff = float(_log_mean_diff(lc, lb))
-    half = 0.0  # identical rounds: nothing varies
+    se, df = 0.0, 1.0  # identical rounds: nothing varies
     if np.ptp(lb) > 0.0 or np.ptp(lc) > 0.0:
         res = _bootstrap((lc, lb), _log_mean_diff, rng, n_resamples)
         n = min(lb.size, lc.size)
         se = float(res.standard_error) * math.sqrt(n / (n - 1))
-        t = float(sps.t.ppf(0.5 + confidence / 2.0, df=_trimmed_df(lb, lc)))
-        half = t * se
+        df = _trimmed_df(lb, lc)
+    half = float(sps.t.ppf(0.5 + confidence / 2.0, df=df)) * se
+    up = None if bound_confidence is None else float(sps.t.ppf(bound_confidence, df=df)) * se
     capped = not half <= MAX_LOG_HALF_WIDTH or abs(diff) > MAX_LOG_RATIO  # NaN counts as wide
     if capped:
         half = MAX_LOG_HALF_WIDTH
         diff = min(max(diff, -MAX_LOG_RATIO), MAX_LOG_RATIO)
+    if up is not None:
+        up = min(up, MAX_LOG_HALF_WIDTH) if up == up else MAX_LOG_HALF_WIDTH
     return Interval(
         float(np.exp(diff)),
         float(np.exp(diff - half)),
         float(np.exp(diff + half)),
         confidence,
         capped,
+        None if up is None else float(np.exp(diff + up)),
+        bound_confidence,
     )
 
 
@@ -204,18 +215,77 @@ def _log_medians(rounds: Rounds) -> np.ndarray:
     return np.log(meds)
 
 
-def classify(interval: Interval, min_effect: float) -> Verdict:
-    """Place an interval against the band [1 - min_effect, 1 + min_effect]. A capped
-    interval (too wide to mean anything) is inconclusive whatever its ends say."""
+@dataclass(frozen=True)
+class Rule:
+    """How one case is decided from its interval.
+
+    - regression: the interval (at the family level, so the whole check's false-alarm
+      rate stays under alpha) lies above ``1 + margin``;
+    - improvement: it lies below ``1 - margin``;
+    - unchanged: the one-sided upper bound at ``1 - miss_rate`` lies below
+      ``1 + min_effect``: a slowdown as large as the case's minimum effect of interest
+      is ruled out (an equivalence-style test; a slowdown of ``min_effect`` or more is
+      called unchanged at most ``miss_rate`` of the time);
+    - inconclusive otherwise (more rounds, within the plan's budget).
+
+    ``margin`` is the noise floor: the smallest ratio a regression must clear. In a
+    paired run (both trees on one machine, interleaved) it is the calibrated 0.5%;
+    against a stored baseline from another machine or day it must also cover the
+    machine's drift (``TimingPlan.drift``), or an unchanged tree would fail.
+    """
+
+    min_effect: float
+    margin: float = 0.005
+    miss_rate: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.margin < self.min_effect < 1.0:
+            raise ValueError(
+                f"need 0 <= margin ({self.margin:g}) < min_effect ({self.min_effect:g}) < 1"
+            )
+        if not 0.0 < self.miss_rate < 0.5:
+            raise ValueError(f"miss_rate must lie in (0, 0.5), got {self.miss_rate:g}")
+
+    @property
+    def bound_confidence(self) -> float:
+        return 1.0 - self.miss_rate
+
+
+def classify(interval: Interval, rule: Rule) -> Verdict:
+    """Place an interval against ``rule``. A capped interval (too wide to mean
+    anything) is inconclusive whatever its ends say."""
     if interval.capped:
         return Verdict.INCONCLUSIVE
-    if interval.low > 1.0 + min_effect:
+    if interval.low > 1.0 + rule.margin:
         return Verdict.REGRESSION
-    if interval.high < 1.0 - min_effect:
+    if interval.high < 1.0 - rule.margin:
         return Verdict.IMPROVEMENT
-    if interval.low >= 1.0 - min_effect and interval.high <= 1.0 + min_effect:
+    bound = interval.high if interval.bound is None else interval.bound
+    if bound < 1.0 + rule.min_effect:
         return Verdict.UNCHANGED
     return Verdict.INCONCLUSIVE
+
+
+def decide(
+    baseline: Rounds,
+    candidate: Rounds,
+    rule: Rule,
+    *,
+    confidence: float,
+    rng: np.random.Generator,
+    n_resamples: int = 2000,
+) -> tuple[Verdict, Interval]:
+    """The case's verdict and the interval it rests on (``confidence``: the family level
+    from ``family_confidence``)."""
+    interval = ratio_interval(
+        baseline,
+        candidate,
+        confidence=confidence,
+        rng=rng,
+        n_resamples=n_resamples,
+        bound_confidence=rule.bound_confidence,
+    )
+    return classify(interval, rule), interval
 
 
 # The family false-alarm rates a check may be sized for. Below 1e-6 the per-case level

@@ -10,13 +10,14 @@ from guard import stats
 from guard.stats import Interval, Threshold, Verdict
 
 CONF = stats.family_confidence(0.01, 7)
+RULE = stats.Rule(min_effect=0.02, margin=0.005)
 
 
 def verdict_for(rng, effect, **kw):
     base = synthetic_rounds(rng, 1e-4, **kw)
     cand = synthetic_rounds(rng, 1e-4 * effect, **kw)
-    iv = stats.ratio_interval(base, cand, confidence=CONF, rng=rng)
-    return iv, stats.classify(iv, 0.02)
+    verdict, iv = stats.decide(base, cand, RULE, confidence=CONF, rng=rng)
+    return iv, verdict
 
 
 def test_aa_pairs_are_not_flagged(rng):
@@ -43,10 +44,49 @@ def test_wide_noisy_pair_is_inconclusive_not_regression(rng):
     assert iv.high - iv.low > 0.1
 
 
-def test_unchanged_when_interval_inside_band(rng):
+def test_unchanged_when_the_bound_rules_out_the_minimum_effect(rng):
     iv, verdict = verdict_for(rng, 1.0, n_rounds=12, between=0.001, within=0.002)
     assert verdict is Verdict.UNCHANGED
-    assert 0.98 <= iv.low <= iv.high <= 1.02
+    assert iv.bound is not None and iv.bound < 1.02
+    assert iv.bound_confidence == pytest.approx(0.95)
+
+
+def test_unchanged_needs_only_the_one_sided_bound_below_the_minimum_effect():
+    # The family-level interval reaches past +2%, but the 95% bound does not: a
+    # slowdown of 2% is ruled out (the low end is inside the noise floor).
+    iv = Interval(1.0, 0.99, 1.025, 0.998, bound=1.015, bound_confidence=0.95)
+    assert stats.classify(iv, RULE) is Verdict.UNCHANGED
+    iv_far = Interval(1.0, 0.99, 1.025, 0.998, bound=1.021, bound_confidence=0.95)
+    assert stats.classify(iv_far, RULE) is Verdict.INCONCLUSIVE
+
+
+def test_a_small_real_slowdown_above_the_margin_is_a_regression():
+    # +1%: below the minimum effect of interest, but clearly there.
+    assert stats.classify(Interval(1.01, 1.006, 1.014, 0.998), RULE) is Verdict.REGRESSION
+
+
+def test_verdict_is_monotone_in_the_effect(rng):
+    order = {Verdict.IMPROVEMENT: 0, Verdict.UNCHANGED: 1, Verdict.INCONCLUSIVE: 1}
+    order[Verdict.REGRESSION] = 2
+    base = synthetic_rounds(rng, 1e-4, n_rounds=8)
+    noise = synthetic_rounds(rng, 1.0, n_rounds=8)
+    last = -1
+    for effect in (0.8, 0.95, 1.0, 1.03, 1.1, 1.5):
+        cand = [
+            [x * effect * n for x, n in zip(r, nr, strict=False)]
+            for r, nr in zip(base, noise, strict=False)
+        ]
+        verdict, _ = stats.decide(
+            base, cand, RULE, confidence=CONF, rng=np.random.default_rng(0)
+        )
+        assert order[verdict] >= last
+        last = order[verdict]
+    assert last == 2
+
+
+def test_rule_refuses_a_margin_at_or_past_the_minimum_effect():
+    with pytest.raises(ValueError, match="margin"):
+        stats.Rule(min_effect=0.01, margin=0.02)
 
 
 def test_interval_resamples_rounds_not_samples(rng):
@@ -82,7 +122,7 @@ def test_two_rounds_at_high_confidence_stay_finite_and_decide_nothing(rng):
     iv = stats.ratio_interval([[5.0], [0.5]], [[0.5], [0.5]], confidence=0.999, rng=rng)
     assert np.isfinite([iv.ratio, iv.low, iv.high]).all()
     assert iv.capped and iv.low <= iv.ratio <= iv.high
-    assert stats.classify(iv, 0.02) is Verdict.INCONCLUSIVE
+    assert stats.classify(iv, RULE) is Verdict.INCONCLUSIVE
 
 
 def test_extreme_times_give_a_finite_capped_interval(rng):
@@ -93,8 +133,8 @@ def test_extreme_times_give_a_finite_capped_interval(rng):
 def test_capped_interval_is_never_unchanged_or_regression():
     inside = Interval(1.0, 0.999, 1.001, 0.99, capped=True)
     above = Interval(5.0, 4.0, 6.0, 0.99, capped=True)
-    assert stats.classify(inside, 0.02) is Verdict.INCONCLUSIVE
-    assert stats.classify(above, 0.02) is Verdict.INCONCLUSIVE
+    assert stats.classify(inside, RULE) is Verdict.INCONCLUSIVE
+    assert stats.classify(above, RULE) is Verdict.INCONCLUSIVE
 
 
 def test_ratio_estimate_without_interval():
@@ -107,14 +147,16 @@ def test_ratio_estimate_without_interval():
     ("low", "high", "expected"),
     [
         (1.03, 1.05, Verdict.REGRESSION),
+        (1.006, 1.01, Verdict.REGRESSION),
         (0.95, 0.97, Verdict.IMPROVEMENT),
         (0.99, 1.01, Verdict.UNCHANGED),
-        (1.01, 1.04, Verdict.INCONCLUSIVE),
-        (0.97, 1.01, Verdict.INCONCLUSIVE),
+        (0.97, 1.01, Verdict.UNCHANGED),
+        (1.004, 1.04, Verdict.INCONCLUSIVE),
+        (0.97, 1.03, Verdict.INCONCLUSIVE),
     ],
 )
-def test_classify_against_band(low, high, expected):
-    assert stats.classify(Interval(1.0, low, high, 0.99), 0.02) is expected
+def test_classify_against_the_rule(low, high, expected):
+    assert stats.classify(Interval(1.0, low, high, 0.99), RULE) is expected
 
 
 def test_family_confidence_bonferroni():
