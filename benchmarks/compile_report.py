@@ -11,11 +11,16 @@ registers, spill bytes (``ptxas -v`` of the kernel's PTX, with triton's bundled 
 shared memory, and counts of wgmma / TMA / cp.async instructions in the PTX and of
 ``ttg.warp_specialize`` regions in the TTGIR. ``--variants`` adds every config of
 ``benchmarks/triton_variants.py``.
+
+``--gluon`` reports the Gluon Hopper kernel (``kernels/gluon_flash_fwd.py``) instead:
+every variant for fp16/bf16 x head_dim 64/128 x causal, on a ragged GQA shape; with
+``--json`` one JSON object per line (``tests/test_gluon_compile.py`` reads them).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import subprocess
@@ -79,8 +84,16 @@ def resources(kernel, arch: str) -> dict:
         ).stderr
     regs = re.search(r"Used (\d+) registers", log)
     spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    setmaxnreg = sorted(
+        {int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}
+    )
     return {
         "regs": int(regs.group(1)) if regs else None,
+        "setmaxnreg": setmaxnreg,
+        "wgmma_wait": sorted(
+            {int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}
+        ),
+        "ptxas_warnings": [line for line in log.splitlines() if "arning" in line],
         "spill_st": int(spills.group(1)) if spills else None,
         "spill_ld": int(spills.group(2)) if spills else None,
         "smem": kernel.metadata.shared,
@@ -92,12 +105,41 @@ def resources(kernel, arch: str) -> dict:
     }
 
 
+def gluon_report(as_json: bool) -> int:
+    """Compile every Gluon variant and config for sm_90a; 1 if any fails to compile."""
+    from kernels import gluon_flash_fwd as gf
+
+    failed = 0
+    for variant in gf.VARIANTS:
+        for dtype in (torch.float16, torch.bfloat16):
+            for head_dim in gf.SUPPORTED_HEAD_DIMS:
+                for causal in (False, True):
+                    # Ragged lengths, seq_q != seq_k and GQA: the general specialization.
+                    q = torch.empty(2, 8, 1000, head_dim, dtype=dtype)
+                    k = torch.empty(2, 4, 777, head_dim, dtype=dtype)
+                    entry = {"variant": variant, "dtype": str(dtype).removeprefix("torch."),
+                             "head_dim": head_dim, "causal": causal}  # fmt: skip
+                    _compiled.clear()
+                    try:
+                        gf.launch(q, k, k, torch.empty_like(q), causal, head_dim**-0.5, variant)
+                        entry.update(resources(_compiled[-1], "sm_90a"))
+                    except Exception as exc:
+                        failed += 1
+                        entry["error"] = tune_triton.first_line(exc)
+                    print(json.dumps(entry) if as_json else entry, flush=True)
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="suites/default.yaml")
     parser.add_argument("--variants", action="store_true")
+    parser.add_argument("--gluon", action="store_true")
+    parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     _compile_only(90)
+    if args.gluon:
+        return gluon_report(args.json)
     print(f"triton {triton.__version__}, target sm_90a")
     workloads, _ = tune_triton.load_workloads(args.suite)
     variants = {}

@@ -710,6 +710,8 @@ class _Plan:
     def make(cls, kernel, grid, tail: tuple, q: torch.Tensor) -> _Plan | None:
         if _cuda_device is None or _cuda_stream is None or not _no_launch_hooks():
             return None
+        if not torch.cuda.is_available():  # a compile-only driver (compile_report.py)
+            return None
         plan = cls()
         launcher = kernel.run  # loads the module on the first use
         scratch = getattr(launcher, "global_scratch_size", 1) or getattr(
@@ -845,9 +847,9 @@ def flash_attention_fwd(
     elif (
         _getenv(_GLUON_ENV) == "1"
         and (gluon := _gluon_module()) is not None
-        and (gluon.dispatch_ok(q, k, v, out, causal))
+        and (choice := gluon.dispatch_variant(q, k, v, out, causal)) is not None
     ):
-        plan = gluon.launch(q, k, v, out, causal, scale)
+        plan = gluon.launch(q, k, v, out, causal, scale, choice[0], **choice[1])
     elif (config := ws_config(q, k, v, out, causal)) is not None:
         plan = _launch(q, k, v, out, causal, scale, config, ws=True)
     else:
