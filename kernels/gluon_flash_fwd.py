@@ -460,12 +460,12 @@ def _is_sm90(index: int) -> bool:
 # Where the Gluon kernel was measured faster than the portable Triton kernel, and with
 # which variant: (head_dim, causal) -> (smallest seq_q * seq_k measured, variant,
 # config overrides). H200, 2026-11-26 (docs/notes/gluon-kernel.md, CUDA-graph medians,
-# two runs): hd 128 at S = 2048-16384 took 0.73-0.86x the Triton kernel's time and
-# 0.80-1.00x cuDNN's; hd 64 causal at S = 1024 with the plain kernel and 64-key tiles
-# 0.90-0.94x Triton's (parity with cuDNN at 4x16x1024). hd 64 non-causal is not listed:
-# 0.93x Triton's device time at 1x16x1024, but a Gluon launch costs ~4 us more host
-# time (four TMA descriptors encoded per call) on a launch-bound shape. Shapes below
-# the smallest measured product keep the Triton kernel.
+# three runs): hd 128 at S = 2048-16384 took 0.70-0.87x the Triton kernel's time (0.98x
+# once) and 0.80-1.00x cuDNN's; hd 64 causal at S = 1024 with the plain kernel and
+# 64-key tiles 0.90-0.94x Triton's (parity with cuDNN at 4x16x1024). hd 64 non-causal
+# is not listed: 0.90-0.94x Triton's device time at 1x16x1024, but the Gluon launch
+# costs 4-10 us more host time (four TMA descriptors encoded per call) on a shape whose
+# GPU time is 13 us. Shapes below the smallest measured product keep the Triton kernel.
 FASTER: dict[tuple[int, bool], tuple[int, str, dict]] = {
     (128, False): (2048 * 2048, "ws", {}),
     (128, True): (2048 * 2048, "ws", {}),

@@ -422,7 +422,7 @@ def test_plan_key_refuses_what_must_reach_the_checks():
     for kwargs in ({"causal": 1}, {"scale": True}, {"scale": 1}, {"out": "buffer"}):
         assert tf._plan_key(q, k, v, kwargs.get("causal", False), kwargs.get("scale"),
                             kwargs.get("out")) is None  # fmt: skip
-    assert tf._plan_key(q.numpy(), k, v, False, None, None) is None
+    assert tf._plan_key(q.tolist(), k, v, False, None, None) is None
     if DEVICE == "cpu":
         assert tf._plan_key(q, k, v, False, None, None) is None  # interpreter: no plans
 
