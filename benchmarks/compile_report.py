@@ -11,11 +11,17 @@ the guard collects the same records per case (``guard/resources.py``). For each
 with triton's bundled ptxas), shared memory, warps, and counts of wgmma / TMA /
 cp.async instructions in the PTX and of ``ttg.warp_specialize`` regions in the TTGIR.
 ``--variants`` adds every config of ``benchmarks/triton_variants.py``.
+
+``--gluon`` reports the Gluon Hopper kernel (``kernels/gluon_flash_fwd.py``) instead:
+every variant for fp16/bf16 x head_dim 64/128 x causal, on a ragged GQA shape; with
+``--json`` one JSON object per line (``tests/test_gluon_compile.py`` reads them).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 from pathlib import Path
 
@@ -26,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tune_triton  # benchmarks/ is not a package
 
 from kernels import triton_flash_fwd as tf
-from kernels.triton_compile import CompiledLaunch, compile_only, kernel_record
+from kernels.ptxas import parse_arch, ptxas_report
+from kernels.triton_compile import CompiledLaunch, _ptxas_for, compile_only, kernel_record
 from kernels.triton_flash_resources import TMA_WS, launch_plan
 
 
@@ -43,7 +50,45 @@ def resources(launch: CompiledLaunch, arch: str) -> dict:
         "tma": ptx.count("cp.async.bulk.tensor"),
         "cp_async": ptx.count("cp.async.cg") + ptx.count("cp.async.ca"),
         "ws_regions": launch.kernel.asm["ttgir"].count("ttg.warp_specialize("),
+        "setmaxnreg": sorted(
+            {int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx)}
+        ),
+        "wgmma_wait": sorted(
+            {int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}
+        ),
+        "ptxas_warnings": _ptxas_warnings(ptx, arch),
     }
+
+
+def _ptxas_warnings(ptx: str, arch: str) -> list[str]:
+    ptxas, gpu_name = _ptxas_for(parse_arch(arch))
+    report = ptxas_report(ptx, gpu_name, ptxas, extra_flags=("-lineinfo",))  # cached
+    return [line for line in report.splitlines() if "arning" in line]
+
+
+def gluon_report(as_json: bool, arch: str = "sm_90") -> int:
+    """Compile every Gluon variant and config for ``arch``; 1 if any fails to compile."""
+    from kernels import gluon_flash_fwd as gf
+
+    failed = 0
+    for variant in gf.VARIANTS:
+        for dtype in (torch.float16, torch.bfloat16):
+            for head_dim in gf.SUPPORTED_HEAD_DIMS:
+                for causal in (False, True):
+                    # Ragged lengths, seq_q != seq_k and GQA: the general specialization.
+                    q = torch.empty(2, 8, 1000, head_dim, dtype=dtype)
+                    k = torch.empty(2, 4, 777, head_dim, dtype=dtype)
+                    entry = {"variant": variant, "dtype": str(dtype).removeprefix("torch."),
+                             "head_dim": head_dim, "causal": causal}  # fmt: skip
+                    try:
+                        with compile_only(arch) as launches:
+                            gf.launch(q, k, k, torch.empty_like(q), causal, head_dim**-0.5, variant)
+                            entry.update(resources(launches[-1], arch))
+                    except Exception as exc:
+                        failed += 1
+                        entry["error"] = tune_triton.first_line(exc)
+                    print(json.dumps(entry) if as_json else entry, flush=True)
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,7 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", default="suites/default.yaml")
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--variants", action="store_true")
+    parser.add_argument("--gluon", action="store_true")
+    parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.gluon:
+        return gluon_report(args.json, args.arch)
     print(f"triton {triton.__version__}, target {args.arch}")
     workloads, _ = tune_triton.load_workloads(args.suite)
     variants = {}

@@ -158,7 +158,8 @@ REGISTRY: dict[str, KernelSpec] = {
             description="this repository's Triton FlashAttention forward",
             loader=_from_module("kernels.triton_flash_fwd", "flash_attention_fwd"),
             probe=_triton_probe,
-            source_files=("triton_flash_fwd.py",),
+            # With ATTN_GLUON=1 it dispatches some sm_90 shapes to the Gluon kernel.
+            source_files=("triton_flash_fwd.py", "gluon_flash_fwd.py"),
             accepts_out=True,
             resources=_resources_from("kernels.triton_flash_resources"),
         ),

@@ -31,6 +31,13 @@ warp specialization (a TMA producer warp group, two consumer warp groups of 64 r
 ``WS_PINNED``). Triton 3.6 accepts only that one plain loop, so causal and ragged
 calls stay on the pointer path. ``ATTN_TRITON_WS=0`` turns the branch off.
 
+Launch. The first call of each key (shapes, strides, dtypes, devices, pointer
+alignment, causal, scale, out) validates, picks the config and launches through
+``JITFunction.run``; it keeps a ``_Plan`` (the compiled kernel's launcher, grid and
+scalar arguments) that later calls of that key use directly: 13-14 us of host time per
+call instead of 51-55 (SDPA: 17-18), H200. With ``ATTN_GLUON=1`` on sm_90, the shapes
+where the Gluon kernel of ``kernels/gluon_flash_fwd.py`` was measured faster go there.
+
 Configs. By default the launcher uses ``PINNED[(arch, head_dim, causal)]``; with
 ``ATTN_TRITON_AUTOTUNE=1`` it autotunes over ``CONFIGS`` (pruned to what fits the
 device's shared memory), keyed on head_dim, causal, dtype and a power-of-two bucket of
@@ -59,6 +66,33 @@ _AUTOTUNE_ENV = "ATTN_TRITON_AUTOTUNE"
 _WS_ENV = "ATTN_TRITON_WS"  # "0" turns the TMA + warp-specialized path off
 
 SUPPORTED_HEAD_DIMS = (32, 64, 96, 128, 256)
+
+
+def _interpreter_numpy_shim() -> None:
+    """Let triton 3.6's interpreter use scalar tensors as Python ints under numpy >= 2.3.
+
+    The interpreter keeps a scalar as a 1-element array and converts it with
+    ``int(array)`` (``range(lo, hi, BLOCK_N)`` with tensor bounds), which numpy 2.3+
+    rejects ("only 0-dimensional arrays can be converted"); ``.item()`` works on every
+    numpy. Applied once, only under TRITON_INTERPRET=1; newer tritons fixed it.
+    """
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "_attn_shim", False):
+        return
+
+    def patch(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patch._attn_shim = True  # type: ignore[attr-defined]
+    interpreter._patch_lang_tensor = patch
+
+
+if _INTERPRET:
+    _interpreter_numpy_shim()
+
 _DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -574,10 +608,12 @@ def _ensure_allocator() -> None:
 
 def _launch(
     q, k, v, out, causal: bool, scale: float, config: triton.Config | None, ws: bool = False
-) -> None:
+):
     """Run the kernel with ``config``, or autotune over ``CONFIGS`` when it is None.
 
     ``ws`` takes the TMA + warp-specialized path; the caller checks ``ws_config``.
+    Returns a ``_Plan`` that repeats this launch on other tensors of the same key, or
+    None (autotuning, the interpreter, a launch hook set: nothing to repeat).
     """
     batch, heads_q, seq_q, head_dim = q.shape
     seq_k = k.shape[2]
@@ -607,16 +643,147 @@ def _launch(
 
     if config is None:
         _attn_fwd_autotuned[grid](*args)
-        return
+        return None
     if ws:
         _ensure_allocator()
-    _attn_fwd[grid](
+    block_m, block_n = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
+    kernel = _attn_fwd[grid](
         *args,
-        BLOCK_M=config.kwargs["BLOCK_M"],
-        BLOCK_N=config.kwargs["BLOCK_N"],
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )
+    if _INTERPRET or kernel is None:
+        return None
+    return _Plan.make(kernel, grid({"BLOCK_M": block_m}), (*args[4:], block_m, block_n), q)
+
+
+# ----------------------------------------------------------------------------------------
+# Cheap eager launches
+# ----------------------------------------------------------------------------------------
+#
+# An eager call used to cost 42-80 us of host time at S <= 1024 against 16-20 us for
+# torch SDPA (H200): the checks, the config lookup and triton 3.6's JITFunction.run
+# (binding and specializing 27 arguments, hashing the key, building launch metadata,
+# calling an empty hook chain, asking the driver for the device of every pointer). The
+# first call of a key runs all of that; it then keeps a _Plan: the compiled kernel's
+# launcher, the grid and every scalar argument. A later call with the same key only
+# builds the key, allocates ``out`` and calls the launcher with four raw pointers.
+
+
+def _env_reader():
+    # os.environ.get encodes the key on every call (~0.5 us each, three per call); the
+    # mapping underneath answers in ~0.05 us and still sees os.environ[...] = ... and
+    # monkeypatch.setenv at once. Falls back to os.environ off CPython.
+    data, encode = getattr(os.environ, "_data", None), getattr(os.environ, "encodekey", None)
+    if not isinstance(data, dict) or encode is None:
+        return lambda name: os.environ.get(name)
+    keys: dict[str, object] = {}
+
+    def read(name: str):
+        key = keys.get(name)
+        if key is None:
+            key = keys[name] = encode(name)
+        value = data.get(key)
+        return value if value is None or isinstance(value, str) else os.fsdecode(value)
+
+    return read
+
+
+_getenv = _env_reader()
+_GLUON_ENV = "ATTN_GLUON"  # "1": the Gluon Hopper kernel where it is known to be faster
+
+# The CUDA calls that triton's own launcher makes, without torch.cuda's Python layers.
+_cuda_device = getattr(torch._C, "_cuda_getDevice", None)
+_cuda_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _no_launch_hooks() -> bool:
+    # A profiler (proton) adds launch hooks; then the JIT path runs so they see the call.
+    runtime = triton.knobs.runtime
+    for hook in (runtime.launch_enter_hook, runtime.launch_exit_hook):
+        if hook is not None and getattr(hook, "calls", True):
+            return False
+    return True
+
+
+class _Plan:
+    """One launch of a compiled kernel, repeatable on new tensors of the same key."""
+
+    __slots__ = ("call", "device", "device_index", "dtype", "grid", "head", "shape", "tail")
+
+    @classmethod
+    def make(cls, kernel, grid, tail: tuple, q: torch.Tensor) -> _Plan | None:
+        if _cuda_device is None or _cuda_stream is None or not _no_launch_hooks():
+            return None
+        if not torch.cuda.is_available():  # a compile-only driver (compile_report.py)
+            return None
+        plan = cls()
+        launcher = kernel.run  # loads the module on the first use
+        scratch = getattr(launcher, "global_scratch_size", 1) or getattr(
+            launcher, "profile_scratch_size", 1
+        )
+        if not scratch and hasattr(launcher, "launch"):
+            # The C entry point itself: no scratch to allocate, no hooks to call.
+            plan.call = launcher.launch
+            plan.head = (
+                kernel.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
+                None, None, kernel.packed_metadata, None, None, None,
+            )  # fmt: skip
+        else:
+            # The device-side TMA descriptors of the warp-specialized path need scratch,
+            # which triton's launcher allocates per call.
+            plan.call = launcher
+            plan.head = (kernel.function, kernel.packed_metadata, None, None, None)
+        plan.grid = tuple(grid)
+        plan.tail = tail
+        plan.shape, plan.dtype, plan.device = q.shape, q.dtype, q.device
+        plan.device_index = _cuda_device()
+        return plan
+
+    def __call__(self, q, k, v, out):
+        if out is None:
+            out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        # Raw pointers: the launcher takes ints as they are, where a tensor costs a
+        # data_ptr() call and a cuPointerGetAttribute each.
+        self.call(
+            *self.grid, _cuda_stream(self.device_index), *self.head,
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *self.tail,
+        )  # fmt: skip
+        return out
+
+
+_PLANS: dict[tuple, _Plan] = {}
+_MAX_PLANS = 4096  # a process that cycles through more shapes than this starts over
+
+
+def _plan_key(q, k, v, causal, scale, out) -> tuple | None:
+    """Everything a launch depends on besides the data pointers, or None (no fast path).
+
+    Exact types only: ``causal=1`` or ``scale=True`` must still reach the checks (and
+    their ValueError), though they hash like True and 1.0. The alignment of each pointer
+    is part of the key because triton specializes the kernel on it.
+    """
+    if _INTERPRET or type(q) is not torch.Tensor or type(k) is not torch.Tensor:
+        return None
+    if type(v) is not torch.Tensor or not q.is_cuda:
+        return None
+    if (causal is not True and causal is not False) or not (scale is None or type(scale) is float):
+        return None
+    if out is None:
+        out_key = None
+    elif type(out) is torch.Tensor:
+        out_key = (out.shape, out.stride(), out.dtype, out.get_device(), out.data_ptr() % 16)
+    else:
+        return None
+    return (
+        q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(),
+        q.dtype, k.dtype, v.dtype, q.get_device(), k.get_device(), v.get_device(),
+        q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16,
+        causal, scale, out_key, _cuda_device(),
+        _getenv(_AUTOTUNE_ENV), _getenv(_WS_ENV), _getenv(_GLUON_ENV),
+    )  # fmt: skip
 
 
 def _prepare(q, k, v, causal, scale, out):
@@ -661,25 +828,60 @@ def flash_attention_fwd(
     Raises:
         ValueError: naming the argument that is wrong (dtype, device, shape, head_dim,
             head counts, scale, out).
+
+    The first call of each (shapes, strides, dtypes, devices, alignments, causal, scale,
+    out) key validates and compiles; later calls of that key reuse its launch plan
+    (see ``_Plan``). With ``ATTN_GLUON=1`` on sm_90 the Gluon kernel of
+    ``kernels/gluon_flash_fwd.py`` takes the calls that it is measured faster on.
     """
+    key = _plan_key(q, k, v, causal, scale, out)
+    if key is not None:
+        plan = _PLANS.get(key)
+        if plan is not None:
+            return plan(q, k, v, out)
+    # Any stride of the caller's tensors along head_dim other than 1 means a copy per
+    # call; such keys take this path every time.
+    unit = key is not None and q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
     q, k, v, out, scale = _prepare(q, k, v, causal, scale, out)
     if out.numel() == 0:
         return out
     if _INTERPRET:
         _launch(q, k, v, out, causal, scale, INTERPRET_CONFIG)
-    elif os.environ.get(_AUTOTUNE_ENV, "0") == "1":
+        return out
+    plan = None
+    if _getenv(_AUTOTUNE_ENV) == "1":
         _launch(q, k, v, out, causal, scale, None)
+    elif (
+        _getenv(_GLUON_ENV) == "1"
+        and (gluon := _gluon_module()) is not None
+        and (choice := gluon.dispatch_variant(q, k, v, out, causal)) is not None
+    ):
+        plan = gluon.launch(q, k, v, out, causal, scale, choice[0], **choice[1])
     elif (config := ws_config(q, k, v, out, causal)) is not None:
-        _launch(q, k, v, out, causal, scale, config, ws=True)
+        plan = _launch(q, k, v, out, causal, scale, config, ws=True)
     else:
         config = pinned_config(q.device, q.shape[-1], causal, q.element_size())
         try:
-            _launch(q, k, v, out, causal, scale, config)
+            plan = _launch(q, k, v, out, causal, scale, config)
         except OutOfResources:
             # The smem estimate was optimistic for this part: take the small config
             # rather than fail; tune_triton.py reports which pinned entry needs fixing.
-            _launch(q, k, v, out, causal, scale, _FALLBACK_CONFIG)
+            plan = _launch(q, k, v, out, causal, scale, _FALLBACK_CONFIG)
+    if plan is not None and unit:
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
     return out
+
+
+@functools.cache
+def _gluon_module():
+    """kernels.gluon_flash_fwd, or None where Gluon cannot be imported."""
+    try:
+        from kernels import gluon_flash_fwd
+    except ImportError:
+        return None
+    return gluon_flash_fwd
 
 
 def flash_attention_fwd_config(

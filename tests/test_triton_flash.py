@@ -408,3 +408,55 @@ def test_ws_dispatch_rules():
     assert tf.WS_MIN_SEQ_K % tf.WS_PINNED[128].kwargs["BLOCK_N"] == 0
     for config in tf.WS_PINNED.values():
         assert tf.smem_bytes(config, 128) <= _SMEM["sm_90"]
+
+
+# ----------------------------------------------------------------------------------------
+# The eager fast path: a launch plan per key, reused; every check still raises
+# ----------------------------------------------------------------------------------------
+
+
+def test_plan_key_refuses_what_must_reach_the_checks():
+    # Values that hash like valid ones (1 == True, True == 1.0) or are not plain
+    # tensors never get a key, so they always meet _validate and its ValueError.
+    q, k, v = _qkv(1, 2, 2, 8, 8, 32, torch.float16)
+    for kwargs in ({"causal": 1}, {"scale": True}, {"scale": 1}, {"out": "buffer"}):
+        assert tf._plan_key(q, k, v, kwargs.get("causal", False), kwargs.get("scale"),
+                            kwargs.get("out")) is None  # fmt: skip
+    assert tf._plan_key(q.tolist(), k, v, False, None, None) is None
+    if DEVICE == "cpu":
+        assert tf._plan_key(q, k, v, False, None, None) is None  # interpreter: no plans
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_plan_reused_on_new_tensors(causal):
+    tf._PLANS.clear()
+    q, k, v = _qkv(2, 4, 2, 300, 333, 64, torch.float16)
+    assert_matches(tf.flash_attention_fwd(q, k, v, causal=causal), q, k, v, causal=causal)
+    assert len(tf._PLANS) == 1
+    # Same key, new data and a caller's buffer: the plan launches on these pointers.
+    q2, k2, v2 = _qkv(2, 4, 2, 300, 333, 64, torch.float16, seed=1)
+    assert_matches(tf.flash_attention_fwd(q2, k2, v2, causal=causal), q2, k2, v2, causal=causal)
+    out = torch.full_like(q2, float("nan"))
+    assert tf.flash_attention_fwd(q2, k2, v2, causal=causal, out=out) is out
+    assert_matches(out, q2, k2, v2, causal=causal)
+    # A view 2 bytes off 16-byte alignment is another key (triton specializes on it).
+    storage = torch.empty(q2.numel() + 1, dtype=q2.dtype, device=DEVICE)
+    q3 = storage[1:].view_as(q2).copy_(q2)
+    assert_matches(tf.flash_attention_fwd(q3, k2, v2, causal=causal), q3, k2, v2, causal=causal)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("case", list(BAD))
+def test_gpu_validation_after_a_plan_exists(case):
+    # A good call of the same shapes first: the cache must not swallow the error.
+    kwargs, arg, detail = BAD[case]
+    good = _bad_inputs()["scale-negative"][0]
+    good = {name: good[name] for name in ("q", "k", "v")}
+    tf.flash_attention_fwd(**good)
+    tf.flash_attention_fwd(**good, causal=True)
+    with pytest.raises(ValueError) as info:
+        tf.flash_attention_fwd(**kwargs)
+    assert str(info.value).startswith(f"{arg} ") and detail in str(info.value)

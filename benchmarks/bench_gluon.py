@@ -1,0 +1,423 @@
+"""Gluon Hopper forward against the Triton kernel and SDPA: correctness, then speed.
+
+    PYTHONPATH=. python3 benchmarks/bench_gluon.py --out DIR [--budget-s 280]
+
+One GPU session, every provider in its own subprocess with a deadline (a deadlocked
+mbarrier pipeline must cost one provider, not the run):
+
+1. ``host``: ``benchmarks/host_overhead.py`` (eager µs per call, S <= 1024).
+2. per provider (``sdpa`` + ``sdpa-flash`` together, ``triton``, ``gluon-ws``,
+   ``gluon-ws-pingpong``, ``gluon-simple``):
+   - correctness on fresh random inputs against a float32 reference: odd lengths 1,
+     77, 1000, 2049, seq_q != seq_k both ways, GQA, a (B, S, H, D)-strided q, fp16
+     and bf16, head_dim 64 and 128, causal and not, NaN-poisoned ``out``. Pass:
+     relative norm error <= 2 x SDPA's own error on the same inputs (+1e-6), finite;
+   - speed on the issue's shapes: a CUDA graph of k calls (~5 ms) replayed 15 times,
+     median per call; the output of each shape checked first on its first and last
+     (batch, head) slices.
+3. a summary: ms, TFLOPS (4*B*H*Sq*Sk*D, half when causal), ratios to SDPA default
+   (cuDNN on Hopper), SDPA flash and the Triton kernel.
+
+Writes DIR/results.jsonl (one JSON object per line) and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (batch, heads_q, heads_kv, seq_q, seq_k, head_dim, causal, dtype)
+CHECKS = [
+    (1, 2, 2, 1, 1, 64, False, "float16"),
+    (1, 2, 2, 1, 1, 128, True, "bfloat16"),
+    (2, 3, 3, 77, 77, 64, True, "float16"),
+    (2, 3, 3, 77, 77, 128, False, "bfloat16"),
+    (1, 4, 2, 1000, 1000, 64, False, "float16"),
+    (1, 4, 2, 1000, 1000, 128, True, "float16"),
+    (1, 2, 2, 2049, 2049, 64, True, "bfloat16"),
+    (1, 2, 2, 2049, 2049, 128, False, "float16"),
+    (1, 2, 2, 2049, 2049, 128, True, "float16"),
+    (1, 4, 4, 77, 1000, 64, True, "float16"),
+    (1, 4, 4, 77, 1000, 128, False, "bfloat16"),
+    (1, 4, 4, 1000, 77, 64, False, "bfloat16"),
+    (1, 4, 4, 1000, 77, 128, True, "float16"),
+    (1, 8, 2, 300, 2049, 128, True, "bfloat16"),
+    (2, 8, 1, 2049, 333, 64, True, "float16"),
+    (1, 2, 2, 256, 256, 128, True, "float16"),
+    (1, 2, 2, 256, 256, 64, False, "bfloat16"),
+]
+STRIDED = [(2, 4, 2, 333, 333, 128, True, "float16"), (2, 4, 4, 1000, 700, 64, False, "bfloat16")]
+
+TIMES = [
+    (1, 16, 16, 1024, 1024, 64, False, "float16"),
+    (4, 16, 16, 1024, 1024, 64, True, "float16"),
+    (2, 8, 8, 2048, 2048, 128, False, "float16"),
+    (2, 8, 8, 2048, 2048, 128, True, "float16"),
+    (4, 32, 32, 4096, 4096, 128, False, "float16"),
+    (4, 32, 32, 4096, 4096, 128, True, "float16"),
+    (8, 32, 32, 1024, 1024, 64, True, "bfloat16"),
+    (1, 32, 8, 8192, 8192, 128, True, "bfloat16"),
+    (1, 16, 16, 16384, 16384, 128, True, "bfloat16"),
+]
+
+# In order of need: the baseline, then the kernel under test, its fallback, the rest.
+PROVIDERS = ["sdpa", "gluon-ws", "gluon-simple", "triton", "gluon-ws-pingpong"]
+# "triton+gluon": kernels.triton_flash_fwd.flash_attention_fwd with ATTN_GLUON=1 (the
+# dispatch); "gluon-<variant>[:KEY=VALUE...]" sets config entries, ":hd=D" limits the
+# shapes to one head_dim.
+
+
+def flops(b, h, sq, sk, d, causal) -> float:
+    total = 4.0 * b * h * sq * sk * d
+    return total / 2 if causal else total
+
+
+# ----------------------------------------------------------------------------------------
+# Worker side (one provider per process)
+# ----------------------------------------------------------------------------------------
+
+
+def _functions(provider: str):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def sdpa(q, k, v, causal, out=None):
+        return F.scaled_dot_product_attention(
+            q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1]
+        )
+
+    def sdpa_flash(q, k, v, causal, out=None):
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            return sdpa(q, k, v, causal)
+
+    if provider == "sdpa":
+        return {"sdpa": sdpa, "sdpa-flash": sdpa_flash}
+    if provider in ("triton", "triton+gluon"):
+        from kernels import triton_flash_fwd as tf
+
+        if provider == "triton":
+            return {"triton": lambda q, k, v, causal, out=None: tf.flash_attention_fwd(
+                q, k, v, causal=causal, out=out)}  # fmt: skip
+        os.environ["ATTN_GLUON"] = "1"
+
+        def dispatched(q, k, v, causal, out=None):
+            # Checks (out given) call twice on one key: the first call compiles and keeps
+            # a launch plan, the second, the one checked, runs through that plan. Timing
+            # (no out) calls once: the warm-up calls already made the plan.
+            if out is not None:
+                tf.flash_attention_fwd(q, k, v, causal=causal)
+            return tf.flash_attention_fwd(q, k, v, causal=causal, out=out)
+
+        return {provider: dispatched}
+    from kernels import gluon_flash_fwd as gf
+
+    variant, overrides = parse_gluon(provider)
+    return {provider: lambda q, k, v, causal, out=None: gf.flash_attention_fwd(
+        q, k, v, causal=causal, out=out, variant=variant, **overrides)}  # fmt: skip
+
+
+def parse_gluon(provider: str) -> tuple[str, dict]:
+    """ "gluon-ws:STAGES=3:hd=128" -> ("ws", {"STAGES": 3}); hd only filters shapes."""
+    name, *items = provider.removeprefix("gluon-").split(":")
+    overrides = {key: int(value) for key, value in (item.split("=") for item in items)}
+    overrides.pop("hd", None)
+    return name, overrides
+
+
+def _head_dim_filter(provider: str) -> int | None:
+    for item in provider.split(":")[1:]:
+        if item.startswith("hd="):
+            return int(item[3:])
+    return None
+
+
+def _inputs(case, seed, strided=False):
+    import torch
+
+    b, hq, hkv, sq, sk, d, _, dtype = case
+    dt = getattr(torch, dtype)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+
+    def make(h, s):
+        if strided:  # (B, S, H, D) storage seen as (B, H, S, D)
+            return torch.randn(b, s, h, d, device="cuda", generator=gen).to(dt).transpose(1, 2)
+        return torch.randn(b, h, s, d, device="cuda", generator=gen).to(dt)
+
+    return make(hq, sq), make(hkv, sk), make(hkv, sk)
+
+
+def _rel(x, ref) -> float:
+    return ((x.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+
+
+def _check(fns, yard, case, seed, strided, slices_only=False):
+    """{name: (err, bound, ok)} for every function in fns on one case."""
+    import torch
+
+    from kernels.reference import attention_reference
+
+    q, k, v = _inputs(case, seed, strided)
+    causal = case[6]
+    group = q.shape[1] // k.shape[1]
+    if slices_only:
+        picks = [(0, 0), (q.shape[0] - 1, q.shape[1] - 1)]
+    else:
+        picks = [(slice(None), slice(None))]
+    refs, yards = [], []
+    for bi, hi in picks:
+        if slices_only:
+            hk = hi // group
+            qs = q[bi : bi + 1, hi : hi + 1]
+            ks, vs = k[bi : bi + 1, hk : hk + 1], v[bi : bi + 1, hk : hk + 1]
+        else:
+            qs, ks, vs = q, k, v
+        refs.append(attention_reference(qs, ks, vs, causal=causal, dtype=torch.float32))
+        yards.append(_rel(yard(qs, ks, vs, causal), refs[-1]))
+    base = max(yards)
+    result = {}
+    for name, fn in fns.items():
+        out = torch.full_like(q, float("nan")) if "sdpa" not in name else None
+        o = fn(q, k, v, causal, out=out)
+        torch.cuda.synchronize()
+        errs = []
+        for (bi, hi), ref in zip(picks, refs, strict=True):
+            os_ = o[bi : bi + 1, hi : hi + 1] if slices_only else o
+            errs.append(math.inf if not torch.isfinite(os_).all() else _rel(os_, ref))
+        err = max(errs)
+        bound = 2 * base + 1e-6
+        result[name] = (err, base, err <= bound)
+    return result
+
+
+def _time_graph(fn) -> float:
+    """Median ms per call over 15 replays of a CUDA graph of k calls (~5 ms each)."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    per = start.elapsed_time(end) / 5
+    calls = max(1, min(200, round(5.0 / max(per, 1e-4))))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(15):
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) / calls)
+    return statistics.median(samples)
+
+
+def worker(provider: str, out_path: Path, do_checks: bool) -> None:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    fns = _functions(provider)
+    yard = _functions("sdpa")["sdpa"]
+
+    def emit(obj):
+        obj["provider"] = provider
+        with open(out_path, "a") as fh:
+            fh.write(json.dumps(obj) + "\n")
+        print(json.dumps(obj), flush=True)
+
+    only_hd = _head_dim_filter(provider)
+    if do_checks:
+        for i, case in enumerate(CHECKS + STRIDED):
+            if only_hd is not None and case[5] != only_hd:
+                continue
+            strided = i >= len(CHECKS)
+            try:
+                res = _check(fns, yard, case, seed=100 + i, strided=strided)
+                for name, (err, base, ok) in res.items():
+                    emit({"kind": "check", "name": name, "case": case, "strided": strided,
+                          "err": err, "sdpa_err": base, "ok": ok})  # fmt: skip
+            except Exception as exc:  # one failing case must not hide the others
+                emit({"kind": "check", "name": provider, "case": case, "strided": strided,
+                      "error": f"{type(exc).__name__}: {str(exc)[:400]}", "ok": False})  # fmt: skip
+    for i, case in enumerate(TIMES):
+        b, hq, _, sq, sk, d, causal, _ = case
+        if only_hd is not None and d != only_hd:
+            continue
+        try:
+            res = _check(fns, yard, case, seed=500 + i, strided=False, slices_only=True)
+        except Exception as exc:
+            emit({"kind": "time", "name": provider, "case": case,
+                  "error": f"{type(exc).__name__}: {str(exc)[:400]}"})  # fmt: skip
+            continue
+        q, k, v = _inputs(case, seed=900 + i)
+        for name, fn in fns.items():
+            err, base, ok = res[name]
+            entry = {"kind": "time", "name": name, "case": case, "err": err, "sdpa_err": base,
+                     "ok": ok}  # fmt: skip
+            try:
+                ms = _time_graph(lambda fn=fn, q=q, k=k, v=v, c=causal: fn(q, k, v, c))
+                entry.update(ms=ms, tflops=flops(b, hq, sq, sk, d, causal) / ms / 1e9)
+            except Exception as exc:
+                entry["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+            emit(entry)
+        del q, k, v
+        torch.cuda.empty_cache()
+
+
+# ----------------------------------------------------------------------------------------
+# Driver
+# ----------------------------------------------------------------------------------------
+
+
+def _run(cmd: list[str], timeout: float, log, extra_env: dict | None = None) -> None:
+    log(f"$ {' '.join(cmd)}  (timeout {timeout:.0f} s) {extra_env or ''}")
+    t0 = time.time()
+    try:
+        env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "."), **(extra_env or {})}
+        proc = subprocess.run(cmd, timeout=timeout, capture_output=True, text=True, env=env)
+        tail = (proc.stdout + proc.stderr).strip().splitlines()
+        shown = [line for line in tail if not line.startswith("{")]
+        for line in shown[-25:]:
+            log("  " + line)
+        log(f"  rc={proc.returncode} in {time.time() - t0:.1f} s")
+    except subprocess.TimeoutExpired:
+        log(f"  TIMEOUT after {timeout:.0f} s (a hang: this provider's remaining cases lost)")
+
+
+def summary(rows: list[dict], log) -> None:
+    checks = [r for r in rows if r["kind"] == "check"]
+    log("\n== correctness (rel. norm error vs float32; pass: <= 2x SDPA's own) ==")
+    by_name: dict[str, list] = {}
+    for r in checks:
+        by_name.setdefault(r["name"], []).append(r)
+    for name, rs in by_name.items():
+        bad = [r for r in rs if not r.get("ok")]
+        worst = max((r.get("err", math.inf) / max(r.get("sdpa_err", 0), 1e-9) for r in rs),
+                    default=math.nan)  # fmt: skip
+        log(f"{name:<20} {len(rs) - len(bad)}/{len(rs)} pass, worst err/sdpa_err {worst:.2f}")
+        for r in bad[:8]:
+            log(f"   FAIL {r['case']} strided={r.get('strided')} err={r.get('err')} "
+                f"sdpa={r.get('sdpa_err')} {r.get('error', '')}")  # fmt: skip
+    times = [r for r in rows if r["kind"] == "time"]
+    names = list(dict.fromkeys(r["name"] for r in times))
+    log("\n== speed (ms per call, CUDA-graph median; TFLOPS; ratio = time / SDPA default) ==")
+    log("| shape (B,Hq,Hkv,Sq,D) dtype causal | " + " | ".join(names) + " | best gluon / sdpa"
+        " | best gluon / sdpa-flash | best gluon / triton | triton / sdpa"
+        " | triton+gluon / sdpa | triton+gluon / triton |")  # fmt: skip
+    log("|---|" + "---|" * (len(names) + 6))
+    for case in TIMES:
+        b, hq, hkv, sq, _, d, causal, dtype = case
+        cell, ms = [], {}
+        for n in names:
+            r = next((r for r in times if r["name"] == n and tuple(r["case"]) == case), None)
+            if r is None or "ms" not in r:
+                cell.append("—" if r is None else "ERR")
+                continue
+            ms[n] = r["ms"]
+            mark = "" if r.get("ok") else " WRONG"
+            cell.append(f"{r['ms']:.4f} ({r['tflops']:.0f}){mark}")
+        ok_gluon = [
+            ms[n] for n in ms if n.startswith("gluon")
+            and next(r for r in times if r["name"] == n and tuple(r["case"]) == case).get("ok")
+        ]  # fmt: skip
+        best = min(ok_gluon) if ok_gluon else None
+
+        def ratio(a, b):
+            return f"{a / b:.3f}" if a is not None and b is not None else "—"
+
+        ratios = [
+            ratio(best, ms.get("sdpa")),
+            ratio(best, ms.get("sdpa-flash")),
+            ratio(best, ms.get("triton")),
+            ratio(ms.get("triton"), ms.get("sdpa")),
+            ratio(ms.get("triton+gluon"), ms.get("sdpa")),
+            ratio(ms.get("triton+gluon"), ms.get("triton")),
+        ]
+        label = f"({b},{hq},{hkv},{sq},{d}) {dtype} {'causal' if causal else 'full'}"
+        log(f"| {label} | " + " | ".join(cell + ratios) + " |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--budget-s", type=float, default=280)
+    parser.add_argument("--providers", default=",".join(PROVIDERS))
+    parser.add_argument("--no-host", action="store_true")
+    parser.add_argument("--no-checks", action="store_true")
+    parser.add_argument("--unchecked", default="", help="providers to time without checks")
+    parser.add_argument("--suite", default=str(ROOT / "suites/default.yaml"))
+    parser.add_argument("--worker", default=None)
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = args.out / "results.jsonl"
+    if args.worker:
+        worker(args.worker, results, not args.no_checks)
+        return 0
+
+    deadline = time.time() + args.budget_s
+    log_path = args.out / "bench.log"
+
+    def log(msg: str) -> None:
+        print(msg, flush=True)
+        with open(log_path, "a") as fh:
+            fh.write(msg + "\n")
+
+    import torch
+
+    log(f"{torch.cuda.get_device_name()} · torch {torch.__version__} · "
+        f"cuda {torch.version.cuda}")  # fmt: skip
+    try:
+        import triton
+
+        log(f"triton {triton.__version__}")
+    except ImportError:
+        pass
+    steps: list[tuple[list[str], float, dict]] = []
+    if not args.no_host:
+        host = [sys.executable, str(ROOT / "benchmarks/host_overhead.py"), "--suite", args.suite,
+                "--calls", "500", "--repeats", "5"]  # fmt: skip
+        steps.append((host, 40, {}))
+        # The same launcher with the Gluon dispatch on (1x16x1024x64 goes to Gluon).
+        steps.append(([*host, "--providers", "triton,sdpa"], 30, {"ATTN_GLUON": "1"}))
+    unchecked = set(args.unchecked.split(","))
+    for p in args.providers.split(","):
+        cmd = [sys.executable, __file__, "--out", str(args.out), "--worker", p]
+        if args.no_checks or p in unchecked:
+            cmd.append("--no-checks")
+        steps.append((cmd, {"sdpa": 40, "triton": 70}.get(p, 75), {}))
+    for cmd, limit, env in steps:
+        left = deadline - time.time()
+        if left < 10:
+            log(f"budget spent: skipped {' '.join(cmd[-2:])}")
+            continue
+        _run(cmd, min(limit, left), log, env)
+    rows = []
+    if results.exists():
+        rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    summary(rows, log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,588 @@
+"""FlashAttention forward for Hopper (sm_90a) in Gluon: explicit warpgroups, TMA, wgmma.
+
+Algorithm (FlashAttention-3's structure, as far as Gluon 3.6 expresses it). One CTA
+owns BLOCK_M = 128 query rows of one (batch, head) and runs three partitions
+(``gl.warp_specialize``):
+
+- a producer warp that loads the CTA's two 64-row Q tiles once, then every K and V
+  tile of the key range with TMA into a ``STAGES``-deep shared-memory ring, each slot
+  guarded by a ready mbarrier (TMA transaction count) and an empty mbarrier (arrived
+  on by both consumers once their wgmma has read the slot);
+- two consumer warpgroups (the default partition and a 4-warp worker), each owning 64
+  query rows (one m64 ``wgmma`` per matmul), running the online softmax in float32
+  with ``exp2`` (log2(e) folded into the scale). Intra-warpgroup overlap: the
+  Q·K_j^T wgmma of tile j is issued, then P_{j-1}·V_{j-1} on the running output;
+  the softmax of tile j runs while P_{j-1}·V_{j-1} is still on the tensor cores (wait
+  until one group is outstanding, not zero). P stays in registers as wgmma's A
+  operand (no shared-memory round trip). ``PINGPONG`` adds FA3's scheduler barrier:
+  the two warpgroups take turns issuing their matmuls (an mbarrier pair), so one's
+  softmax runs under the other's wgmmas.
+
+Masks: only the tiles that need one run the ``where`` (the causal diagonal, the
+ragged last key tile); whole tiles run unmasked. The output (divided by the row
+sums) goes back through shared memory (the warpgroup's own Q buffer) with a TMA
+store, which clips rows past seq_q.
+
+``_attn_fwd_simple`` is the plain version of the same kernel (no warp
+specialization, one warpgroup of 64 rows, a TMA ring refilled by the consumer, no
+overlap inside the warpgroup): the reference for the pipelined one, and the
+fallback if specialization misbehaves.
+
+Inputs and limits.
+- sm_90 only (wgmma, TMA); the launcher of kernels/triton_flash_fwd.py dispatches
+  here only with ``ATTN_GLUON=1`` and only on shapes where it was measured faster
+  (``dispatch_ok``); everything else keeps the portable Triton kernel.
+- q: (batch, heads_q, seq_q, head_dim), k, v: (batch, heads_kv, seq_k, head_dim);
+  fp16 or bf16; head_dim 64 or 128; 4-D TMA descriptors over the tensors as they
+  are, so any strides with a unit last stride and 16-byte aligned rows and bases.
+- Any seq_q, seq_k >= 1 (ragged tails are zero-filled by TMA and masked); causal is
+  TOP-LEFT aligned like SDPA's ``is_causal=True`` (query i sees keys j <= i).
+- Grouped-query attention: q head h reads kv head h // (heads_q // heads_kv).
+- Forward only; no log-sum-exp output.
+
+Credits: Jay Shah, Ganesh Bikshandi, Ying Zhang, Vijay Thakkar, Pradeep Ramani, Tri
+Dao, "FlashAttention-3: Fast and Accurate Attention with Asynchrony and
+Low-precision" (2024) and its hopper/ sources (producer/consumer split, intra-warpgroup
+overlap, scheduler barrier); the Gluon tutorials of the Triton authors (TMA, wgmma,
+warp specialization) for the 3.6 API.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+_ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma per matmul
+ROWS = gl.constexpr(_ROWS)
+SUPPORTED_HEAD_DIMS = (64, 128)
+VARIANTS = ("ws", "ws-pingpong", "simple")
+
+
+# ----------------------------------------------------------------------------------------
+# Pieces shared by both kernels (inlined)
+# ----------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _mask(qk, start_n, row0, seq_k, CAUSAL: gl.constexpr):
+    # Keys past seq_k (zero-filled by TMA) and, when causal, keys after the row's own
+    # position (top-left: key j is visible to query i when j <= i) become -inf.
+    layout: gl.constexpr = qk.type.layout
+    cols = start_n + gl.arange(0, qk.shape[1], layout=gl.SliceLayout(0, layout))
+    keep = gl.expand_dims(cols < seq_k, 0)
+    if CAUSAL:
+        rows = row0 + gl.arange(0, qk.shape[0], layout=gl.SliceLayout(1, layout))
+        keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+    return gl.where(keep, qk, float("-inf"))
+
+
+@gluon.jit
+def _softmax(qk, m_i, l_i, qk_scale, MASKED: gl.constexpr):
+    # scale > 0 (the launcher checks), so max(qk) * scale == max(qk * scale): one FMA
+    # per score (qk * scale - m) before the exponential.
+    m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
+    if MASKED:
+        # A row whose keys are all masked so far keeps m = -inf; subtracting 0 instead
+        # gives p = 0 and alpha = 0 rather than (-inf) - (-inf) = NaN. (With top-left
+        # causal alignment key 0 is visible to every row, so this is only a guard.)
+        m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)
+    else:
+        m_sub = m_new
+    p = gl.exp2(qk * qk_scale - gl.expand_dims(m_sub, 1))
+    alpha = gl.exp2(m_i - m_sub)
+    l_i = l_i * alpha + gl.sum(p, 1)
+    return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def _store_out(acc, l_i, o_smem, o_desc, b, h, row0, o_layout: gl.constexpr):
+    # l == 0 only for a row that saw no key (not possible with seq_k >= 1): guard.
+    l_i = gl.where(l_i == 0.0, 1.0, l_i)
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    o = (acc / gl.expand_dims(l_o, 1)).to(o_desc.dtype)
+    o_smem.reshape([o.shape[0], o.shape[1]]).store(o)
+    fence_async_shared()  # generic-proxy stores before the async-proxy TMA store
+    tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _kv_range(m0, seq_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    # Number of key tiles this CTA visits (>= 1 since seq_k >= 1).
+    if CAUSAL:
+        kv_end = gl.minimum(m0 + BLOCK_M, seq_k)
+    else:
+        kv_end = seq_k
+    return gl.cdiv(kv_end, BLOCK_N)
+
+
+@gluon.jit
+def _n_full(row0, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    # Tiles [0, n_full) need no mask for rows >= row0: whole, and (causal) entirely at
+    # or before the first row.
+    if CAUSAL:
+        return gl.minimum(row0, seq_k) // BLOCK_N
+    else:
+        return seq_k // BLOCK_N
+
+
+# ----------------------------------------------------------------------------------------
+# Warp-specialized kernel: producer warp + two consumer warpgroups
+# ----------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0, n_tiles,
+              STAGES: gl.constexpr):  # fmt: skip
+    q_bar, k_ready, v_ready, k_empty, v_empty, _ = bars
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_bar, q_smem.index(0))
+    tma.async_copy_global_to_shared(q_desc, [b, h, m0 + ROWS, 0], q_bar, q_smem.index(1))
+    for j in range(n_tiles):
+        s = j % STAGES
+        # Empty barriers start "phase 1 complete": the first pass through the ring
+        # does not wait.
+        phase = ((j // STAGES) & 1) ^ 1
+        mbarrier.wait(k_empty.index(s), phase)
+        mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            k_desc, [b, hk, j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s)
+        )
+        mbarrier.wait(v_empty.index(s), phase)
+        mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            v_desc, [b, hk, j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s)
+        )
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n_tiles,
+              WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+              PINGPONG: gl.constexpr):  # fmt: skip
+    q_bar, k_ready, v_ready, k_empty, v_empty, sched = bars
+    HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_smem.shape[3]
+    dtype: gl.constexpr = o_desc.dtype
+    qk_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row0 = m0 + WG * ROWS
+    n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
+
+    mbarrier.wait(q_bar, 0)
+    q = q_smem.index(WG).reshape([ROWS, HEAD_DIM])
+    zero_qk = gl.zeros([ROWS, BLOCK_N], gl.float32, qk_layout)
+
+    # Tile 0: Q·K_0^T and its softmax; P_0·V_0 is issued with tile 1's Q·K^T.
+    mbarrier.wait(k_ready.index(0), 0)
+    qk = warpgroup_mma(q, k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
+                       zero_qk, use_acc=False, is_async=True)  # fmt: skip
+    qk = warpgroup_mma_wait(0, deps=(qk,))
+    mbarrier.arrive(k_empty.index(0))
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, qk_layout))
+    l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, qk_layout))
+    if n_full == 0:
+        qk = _mask(qk, 0, row0, seq_k, CAUSAL)
+        p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
+    else:
+        p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+    p16 = gl.convert_layout(p.to(dtype), p_layout)
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+
+    for j in range(1, n_tiles):
+        s = j % STAGES
+        sp = (j - 1) % STAGES
+        if PINGPONG:
+            # Take turns with the other warpgroup: WG 0 starts (a fresh barrier passes
+            # a wait on phase 1), then each waits for the other's previous issue.
+            mbarrier.wait(sched.index(WG), ((j - 1) & 1) ^ (1 - WG))
+        mbarrier.wait(k_ready.index(s), (j // STAGES) & 1)
+        qk = warpgroup_mma(q, k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
+                           zero_qk, use_acc=False, is_async=True)  # fmt: skip
+        mbarrier.wait(v_ready.index(sp), ((j - 1) // STAGES) & 1)
+        acc = warpgroup_mma(p16, v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM]), acc,
+                            is_async=True)  # fmt: skip
+        if PINGPONG:
+            mbarrier.arrive(sched.index(1 - WG))
+        # wgmma groups retire in order: one outstanding = Q·K_j^T done, P·V in flight.
+        qk = warpgroup_mma_wait(1, deps=(qk,))
+        mbarrier.arrive(k_empty.index(s))
+        if j >= n_full:
+            qk = _mask(qk, j * BLOCK_N, row0, seq_k, CAUSAL)
+            p, m_new, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
+        else:
+            p, m_new, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+        acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
+        mbarrier.arrive(v_empty.index(sp))
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        p16 = gl.convert_layout(p.to(dtype), p_layout)
+        m_i = m_new
+
+    sl = (n_tiles - 1) % STAGES
+    mbarrier.wait(v_ready.index(sl), ((n_tiles - 1) // STAGES) & 1)
+    acc = warpgroup_mma(p16, v_smem.index(sl).reshape([BLOCK_N, HEAD_DIM]), acc,
+                        is_async=True)  # fmt: skip
+    acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
+    mbarrier.arrive(v_empty.index(sl))
+    # This warpgroup's Q buffer is free (its last Q·K^T retired): stage O there.
+    _store_out(acc, l_i, q_smem.index(WG), o_desc, b, h, row0, o_layout)
+
+
+@gluon.jit
+def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,
+                 CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                 CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):  # fmt: skip
+    BLOCK_M: gl.constexpr = 2 * ROWS
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    if CAUSAL:
+        # Row blocks near the end do the most work: launch them first.
+        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        pid_m = gl.program_id(0)
+    h = gl.program_id(1)
+    b = gl.program_id(2)
+    hk = h // kv_group
+    m0 = pid_m * BLOCK_M
+    n_tiles = _kv_range(m0, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(
+        k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout
+    )
+    v_smem = gl.allocate_shared_memory(
+        v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout
+    )
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    sched = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        # Both consumer warpgroups release each slot (one arrive each).
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
+    for i in gl.static_range(2):
+        mbarrier.init(sched.index(i), count=1)
+    bars = (q_bar, k_ready, v_ready, k_empty, v_empty, sched)
+
+    gl.warp_specialize(
+        [
+            (_consumer, (q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0,
+                         n_tiles, 0, CAUSAL, STAGES, PINGPONG)),
+            (_consumer, (q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0,
+                         n_tiles, 1, CAUSAL, STAGES, PINGPONG)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0,
+                         n_tiles, STAGES)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------
+# Plain kernel: one warpgroup, TMA ring, no warp specialization, no overlap
+# ----------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,
+                     CAUSAL: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    dtype: gl.constexpr = q_desc.dtype
+    qk_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    if CAUSAL:
+        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+    else:
+        pid_m = gl.program_id(0)
+    h = gl.program_id(1)
+    b = gl.program_id(2)
+    hk = h // kv_group
+    row0 = pid_m * ROWS
+    n_tiles = _kv_range(row0, seq_k, ROWS, BLOCK_N, CAUSAL)
+    n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
+
+    q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+    kv_bytes: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
+
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, h, row0, 0], q_bar, q_smem)
+    for i in gl.static_range(STAGES):
+        pred = i < n_tiles
+        mbarrier.expect(ready.index(i), kv_bytes, pred=pred)
+        tma.async_copy_global_to_shared(k_desc, [b, hk, i * BLOCK_N, 0], ready.index(i),
+                                        k_smem.index(i), pred=pred)  # fmt: skip
+        tma.async_copy_global_to_shared(v_desc, [b, hk, i * BLOCK_N, 0], ready.index(i),
+                                        v_smem.index(i), pred=pred)  # fmt: skip
+
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, qk_layout))
+    l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, qk_layout))
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+    zero_qk = gl.zeros([ROWS, BLOCK_N], gl.float32, qk_layout)
+    mbarrier.wait(q_bar, 0)
+    q = q_smem.reshape([ROWS, HEAD_DIM])
+    for j in range(n_tiles):
+        s = j % STAGES
+        mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+        k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        qk = warpgroup_mma(q, k_t, zero_qk, use_acc=False, is_async=True)
+        qk = warpgroup_mma_wait(0, deps=(qk,))
+        if j >= n_full:
+            qk = _mask(qk, j * BLOCK_N, row0, seq_k, CAUSAL)
+            p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
+        else:
+            p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        p16 = gl.convert_layout(p.to(dtype), p_layout)
+        acc = warpgroup_mma(p16, v_smem.index(s).reshape([BLOCK_N, HEAD_DIM]), acc,
+                            is_async=True)  # fmt: skip
+        acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
+        # Both wgmmas of this warpgroup (the only one) have read slot s: refill it.
+        nxt = j + STAGES
+        pred = nxt < n_tiles
+        mbarrier.expect(ready.index(s), kv_bytes, pred=pred)
+        tma.async_copy_global_to_shared(k_desc, [b, hk, nxt * BLOCK_N, 0], ready.index(s),
+                                        k_smem.index(s), pred=pred)  # fmt: skip
+        tma.async_copy_global_to_shared(v_desc, [b, hk, nxt * BLOCK_N, 0], ready.index(s),
+                                        v_smem.index(s), pred=pred)  # fmt: skip
+    _store_out(acc, l_i, q_smem, o_desc, b, h, row0, o_layout)
+
+
+# ----------------------------------------------------------------------------------------
+# Configs
+# ----------------------------------------------------------------------------------------
+
+
+def config(head_dim: int, causal: bool, variant: str = "ws", **overrides) -> dict:
+    """Tile and pipeline choice per head_dim (BLOCK_N, STAGES, registers).
+
+    Shared memory per CTA (fp16): Q 2 x 64 x d, then STAGES x (K + V) of BLOCK_N x d.
+    hd 128: 32 KB + 3 x 64 KB = 224 KB; hd 64: 16 KB + 4 x 32 KB = 144 KB (of 227 KB).
+    Registers: 12 warps (two consumer warpgroups, the producer's warp rounded up to a
+    warpgroup) share 64K registers. With maxnreg=168 triton gives the producer 24, the
+    worker consumer 232 and the default-partition consumer the rest (248): FA3 uses
+    240 / 24-56. No spills (tests/test_gluon_compile.py).
+    """
+    del causal  # same tiles for both (FA3 narrows BLOCK_N for causal hd 128: 128 vs 176)
+    if variant == "simple":
+        cfg = {"BLOCK_N": 64 if head_dim == 128 else 128, "STAGES": 3, "num_warps": 4}
+    else:
+        cfg = {
+            "BLOCK_N": 128,
+            # hd 128, 3 stages (224 KB): 0.939 vs 1.038 ms at 4x32x4096 causal, 1.776 vs
+            # 1.794 full (H200); 2 stages were the first working choice.
+            "STAGES": 3 if head_dim == 128 else 4,
+            "num_warps": 4,
+            "CONSUMER_REGS": 232,
+            "PRODUCER_REGS": 24,
+            "maxnreg": 168,
+        }
+    unknown = set(overrides) - set(cfg)
+    if unknown:
+        raise ValueError(f"config overrides {sorted(unknown)} unknown for variant {variant!r}")
+    return {**cfg, **overrides}
+
+
+# ----------------------------------------------------------------------------------------
+# Launcher
+# ----------------------------------------------------------------------------------------
+
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+
+
+def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    block = [1, 1, rows, t.shape[3]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+
+def _tma_ok(t: torch.Tensor) -> bool:
+    size = t.element_size()
+    return (
+        t.stride(-1) == 1
+        and t.data_ptr() % 16 == 0
+        and all((stride * size) % 16 == 0 for stride in t.stride()[:-1])
+    )
+
+
+def supports(q, k, v, out) -> bool:
+    """Whether the kernel can take these (validated) tensors at all."""
+    return (
+        q.is_cuda
+        and q.shape[-1] in SUPPORTED_HEAD_DIMS
+        and q.shape[2] > 0
+        and k.shape[2] > 0
+        and _is_sm90(q.get_device())
+        and all(_tma_ok(t) for t in (q, k, v, out))
+    )
+
+
+@functools.cache
+def _is_sm90(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) == (9, 0)
+
+
+# Where the Gluon kernel was measured faster than the portable Triton kernel, and with
+# which variant: (head_dim, causal) -> (smallest seq_q * seq_k measured, variant,
+# config overrides). H200, 2026-11-26 (docs/notes/gluon-kernel.md, CUDA-graph medians,
+# three runs): hd 128 at S = 2048-16384 took 0.70-0.87x the Triton kernel's time (0.98x
+# once) and 0.80-1.00x cuDNN's; hd 64 causal at S = 1024 with the plain kernel and
+# 64-key tiles 0.90-0.94x Triton's (parity with cuDNN at 4x16x1024). hd 64 non-causal
+# is not listed: 0.90-0.94x Triton's device time at 1x16x1024, but the Gluon launch
+# costs 4-10 us more host time (four TMA descriptors encoded per call) on a shape whose
+# GPU time is 13 us. Shapes below the smallest measured product keep the Triton kernel.
+FASTER: dict[tuple[int, bool], tuple[int, str, dict]] = {
+    (128, False): (2048 * 2048, "ws", {}),
+    (128, True): (2048 * 2048, "ws", {}),
+    (64, True): (1024 * 1024, "simple", {"BLOCK_N": 64}),
+}
+
+
+def dispatch_variant(q, k, v, out, causal: bool) -> tuple[str, dict] | None:
+    """(variant, config overrides) ``flash_attention_fwd`` takes (ATTN_GLUON=1), or None."""
+    entry = FASTER.get((q.shape[-1], causal))
+    if entry is None or q.shape[2] * k.shape[2] < entry[0]:
+        return None
+    return (entry[1], entry[2]) if supports(q, k, v, out) else None
+
+
+class _Desc:
+    # What triton's launcher reads from a host TensorDescriptor on each call (it
+    # encodes the CUtensorMap itself): the same fields without TensorDescriptor's
+    # per-call checks, which the first call of a key already ran.
+    __slots__ = ("base", "padding", "shape", "strides")
+
+    def __init__(self, base, shape, strides):
+        self.base, self.shape, self.strides, self.padding = base, shape, strides, "zero"
+
+
+class _Plan:
+    """A compiled Gluon launch, repeatable on new tensors of the same key."""
+
+    __slots__ = ("device", "device_index", "dtype", "function", "geometry", "grid", "launcher",
+                 "metadata", "shape", "stream", "tail")  # fmt: skip
+
+    def __call__(self, q, k, v, out):
+        if out is None:
+            out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+        (qs, qt), (ks, kt), (vs, vt), (os_, ot) = self.geometry
+        self.launcher(
+            *self.grid, self.stream(self.device_index), self.function, self.metadata,
+            None, None, None, _Desc(q, qs, qt), _Desc(k, ks, kt), _Desc(v, vs, vt),
+            _Desc(out, os_, ot), *self.tail,
+        )  # fmt: skip
+        return out
+
+
+def _make_plan(kernel, grid, tensors, tail) -> _Plan | None:
+    from kernels import triton_flash_fwd as tf
+
+    if kernel is None or tf._cuda_device is None or not tf._no_launch_hooks():
+        return None
+    if not torch.cuda.is_available():  # a compile-only driver (compile_report.py)
+        return None
+    plan = _Plan()
+    plan.launcher = kernel.run  # loads the module; CudaLauncher encodes the descriptors
+    plan.function, plan.metadata = kernel.function, kernel.packed_metadata
+    plan.grid, plan.tail = tuple(grid), tuple(tail)
+    plan.geometry = tuple((list(t.shape), list(t.stride())) for t in tensors)
+    q = tensors[0]
+    plan.shape, plan.dtype, plan.device = q.shape, q.dtype, q.device
+    plan.device_index, plan.stream = tf._cuda_device(), tf._cuda_stream
+    return plan
+
+
+def launch(q, k, v, out, causal: bool, scale: float, variant: str = "ws", **overrides):
+    """Run the kernel on validated tensors; returns a launch plan for this key (or None)."""
+    batch, heads_q, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    cfg = config(head_dim, causal, variant, **overrides)
+    q_desc, o_desc = _descriptor(q, _ROWS), _descriptor(out, _ROWS)
+    k_desc, v_desc = _descriptor(k, cfg["BLOCK_N"]), _descriptor(v, cfg["BLOCK_N"])
+    scalars = (scale * math.log2(math.e), seq_k, heads_q // k.shape[1])
+    if variant == "simple":
+        grid = (triton.cdiv(seq_q, _ROWS), heads_q, batch)
+        constexprs = (causal, cfg["STAGES"])
+        kernel = _attn_fwd_simple[grid](
+            q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs, num_warps=cfg["num_warps"]
+        )
+    else:
+        grid = (triton.cdiv(seq_q, 2 * _ROWS), heads_q, batch)
+        constexprs = (causal, cfg["STAGES"], variant == "ws-pingpong", cfg["CONSUMER_REGS"],
+                      cfg["PRODUCER_REGS"])  # fmt: skip
+        kernel = _attn_fwd_ws[grid](
+            q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs,
+            num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"],
+        )  # fmt: skip
+    return _make_plan(kernel, grid, (q, k, v, out), (*scalars, *constexprs))
+
+
+def flash_attention_fwd(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    out: torch.Tensor | None = None,
+    variant: str = "ws",
+    **overrides,
+) -> torch.Tensor:
+    """Attention forward on sm_90 with this file's kernel, whatever the dispatch rule.
+
+    Same arguments, checks (``ValueError`` naming the argument) and causal alignment
+    as ``kernels.triton_flash_fwd.flash_attention_fwd``: q (batch, heads_q, seq_q,
+    head_dim), k and v (batch, heads_kv, seq_k, head_dim), causal TOP-LEFT aligned.
+    ``variant``: "ws" (warp-specialized), "ws-pingpong" (plus the scheduler barrier)
+    or "simple"; ``overrides`` replace entries of ``config`` (BLOCK_N, STAGES, ...).
+    Raises ``ValueError`` for inputs this kernel cannot take (head_dim, empty
+    sequences, TMA alignment, not sm_90). No launch-plan cache here (a tuning entry).
+    """
+    from kernels import triton_flash_fwd as tf
+
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    q, k, v, out, scale = tf._prepare(q, k, v, causal, scale, out)
+    if q.shape[-1] not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"q has head_dim {q.shape[-1]}; this kernel takes {SUPPORTED_HEAD_DIMS}")
+    if not supports(q, k, v, out):
+        raise ValueError(
+            "q, k, v, out: this kernel needs sm_90, seq_q, seq_k >= 1 and 16-byte aligned rows"
+        )
+    launch(q, k, v, out, causal, scale, variant, **overrides)
+    return out
