@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from guard import cli_report, core, render, results, stats
+from guard import cli_report, core, render, results, stats, text
 from guard.errors import ExitCode, GuardError
 from guard.runner import Progress
 
@@ -136,6 +136,7 @@ def _opts(args: argparse.Namespace) -> core.MeasureOptions:
         fault_modules=tuple(getattr(args, "fault_module", None) or ()),
         sys_path=tuple(getattr(args, "worker_path", None) or ()),
         sanitize=getattr(args, "sanitize", False),
+        time_identical=getattr(args, "time_identical", False),
     )
 
 
@@ -150,7 +151,7 @@ def _fallback_note(run: results.RunResult) -> None:
     reason = run.environment.cpu_fallback_reason
     if reason:
         print(
-            f"[guard] no GPU: measured on the CPU instead ({render.one_line(reason)}); "
+            f"[guard] no GPU: measured on the CPU instead ({text.one_line(reason)}); "
             "CPU timings say nothing about GPU speed",
             file=sys.stderr,
         )
@@ -175,7 +176,7 @@ def _finish_run(args: argparse.Namespace, run: results.RunResult, no_verdict: st
     else:
         _print_table(render.RUN_HEADER, render.run_rows(run))
         if no_verdict:
-            print(f"\nNO VERDICT: {render.one_line(no_verdict)}")
+            print(f"\nNO VERDICT: {text.one_line(no_verdict)}")
         print(f"results: {out}")
     _write_summary(render.run_markdown(run, no_verdict), args.markdown)
 
@@ -218,8 +219,8 @@ def _render_comparison(args: argparse.Namespace, comparison) -> int:
         for diff in comparison.environment_diff:
             print(f"environment differs: {diff[0]}: baseline {diff[1]!r}, here {diff[2]!r}")
         for note in comparison.notes:
-            print(f"note: {render.one_line(note)}")
-        print(render.one_line(comparison.headline))
+            print(f"note: {text.one_line(note)}")
+        print(text.one_line(comparison.headline))
     if os.environ.get("GITHUB_ACTIONS"):
         for line in render.annotations(comparison):
             print(line)
@@ -279,12 +280,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             )
         else:
             _print_table(render.RUN_HEADER, render.run_rows(outcome.candidate))
-            print(f"\nNO VERDICT: {render.one_line(outcome.no_verdict_reason)}")
+            print(f"\nNO VERDICT: {text.one_line(outcome.no_verdict_reason)}")
         _write_summary(
             render.run_markdown(outcome.candidate, outcome.no_verdict_reason), args.markdown
         )
         if os.environ.get("GITHUB_ACTIONS"):
-            print(render.gh_command("warning", outcome.no_verdict_reason, title="No baseline"))
+            print(text.gh_command("warning", outcome.no_verdict_reason, title="No baseline"))
         return int(outcome.exit_code)
     return _render_comparison(args, outcome.comparison)
 
@@ -303,9 +304,9 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
     rows = [
         [
             c.case_id,
-            render.fmt_time(c.old_median),
-            render.fmt_time(c.new_median),
-            render.fmt_ratio(c.ratio),
+            text.fmt_time(c.old_median),
+            text.fmt_time(c.new_median),
+            text.fmt_ratio(c.ratio),
         ]
         for c in outcome.changes
     ]
@@ -326,8 +327,8 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
             title=f"baseline written: {outcome.path}",
         )
     md = (
-        f"## Baseline refreshed: {render.md_code(outcome.path)}\n\n"
-        + render.md_table(["case", "old median", "new median", "new/old"], rows)
+        f"## Baseline refreshed: {text.md_code(outcome.path)}\n\n"
+        + text.md_table(["case", "old median", "new median", "new/old"], rows)
         + "\n"
     )
     _write_summary(md, args.markdown)
@@ -430,6 +431,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="confirm regressions with a paired rerun against REF on this machine",
     )
     p.add_argument("--alpha", type=_alpha, default=0.01, help="family false-alarm rate (files)")
+    p.add_argument(
+        "--time-identical",
+        action="store_true",
+        help="also time cases whose kernel is identical to the baseline's (same device "
+        "code and launches); by default they are 'unchanged (identical kernel)', untimed",
+    )
     p.add_argument("--html", help="also write the HTML report here")
     p.set_defaults(func=cmd_compare)
 
@@ -512,7 +519,7 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         return int(args.func(args))
     except GuardError as exc:
-        print(f"guard: error: {render.one_line(exc)}", file=sys.stderr)
+        print(f"guard: error: {text.one_line(exc)}", file=sys.stderr)
         return int(exc.exit_code)
     except KeyboardInterrupt:
         print("guard: interrupted; no results or baselines were written", file=sys.stderr)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from guard import core, history, render, report, results
+from guard import core, history, render, report, results, text
 from guard.compare import compare_runs
 
 HISTORY_HELP = (
@@ -50,7 +50,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
         for t in trends.values():
             if t.skipped:
-                print(f"[guard] {render.one_line(t.skipped_note(args.history))}", file=sys.stderr)
+                print(f"[guard] {text.one_line(t.skipped_note(args.history))}", file=sys.stderr)
     if args.html:
         results.write_atomic(args.html, report.html_report(run, comparison, trends=trends))
     markdown = (
@@ -87,7 +87,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         min_effect=args.min_effect,
     )
     if trend.skipped:
-        print(f"[guard] {render.one_line(trend.skipped_note(args.db))}", file=sys.stderr)
+        print(f"[guard] {text.one_line(trend.skipped_note(args.db))}", file=sys.stderr)
     if args.json:
         cli._emit_json(history.trend_json(trend))
         return 0
@@ -98,14 +98,14 @@ def cmd_history(args: argparse.Namespace) -> int:
     )
     others = [g for g in trend.gpu_slugs if g != trend.gpu_slug]
     if others:
-        print(render.one_line(f"also measured on: {', '.join(others)} (pick one with --gpu)"))
+        print(text.one_line(f"also measured on: {', '.join(others)} (pick one with --gpu)"))
     if trend.steps:
         for s in trend.steps:
             p = trend.points[s.index]
             print(
-                render.one_line(
+                text.one_line(
                     f"step at {p.commit[:10] or '?'} ({p.created[:10]}): {s.kind}, "
-                    f"{render.fmt_time(s.before)} -> {render.fmt_time(s.after)} "
+                    f"{text.fmt_time(s.before)} -> {text.fmt_time(s.after)} "
                     f"({s.ratio:.3f}x)"
                 )
             )

@@ -1,10 +1,22 @@
 """Compare a candidate run with a baseline run and decide.
 
 Per case: the ratio candidate / baseline with a round-resampling bootstrap interval
-(``guard.stats``), placed against the case's threshold band. The interval level is
-chosen so that the whole check's false-alarm rate stays under the suite's alpha
-across the gated cases. Correctness failures fail the check whatever the timing says.
-No gated case compared, no verdict: exit 2 and "NO VERDICT", never a pass.
+(``guard.stats``), decided by ``stats.Rule``. The interval level is chosen so that the
+whole check's false-alarm rate stays under the suite's alpha across the gated cases.
+
+Two kinds of comparison, two rules (``case_rule``):
+- *paired*: both trees measured on this machine in interleaved rounds (``--against``,
+  the PR check): regression above ``1 + timing.margin`` (the calibrated noise floor),
+  unchanged when a slowdown of the case's threshold is ruled out;
+- *stored*: against a baseline recorded on another machine or day: the machine's drift
+  (``timing.drift``) is added to both, so a machine that moved never fails an unchanged
+  tree; such a comparison resolves changes to about the drift, not finer.
+
+A case whose kernel is identical in both (the same ``guard.fingerprint`` of what ran on
+the GPU) is "unchanged (identical kernel)" and needs no timing. A not-gated case (the
+SDPA backends) is a control: its ratio is shown, it never gets a verdict's colour.
+Correctness failures fail the check whatever the timing says. No gated case decided,
+no verdict: exit 2 and "NO VERDICT", never a pass.
 """
 
 from __future__ import annotations
@@ -16,14 +28,17 @@ import numpy as np
 
 from guard import stats
 from guard.errors import BadInput, ExitCode, shown
+from guard.outcome import CaseOutcome, CaseVerdict, CheckVerdict, Outcome
 from guard.results import INFRA_STATUSES, OK, UNAVAILABLE, WRONG, CaseResult, RunResult
-from guard.stats import Interval, Verdict
+from guard.stats import Interval, Rule, Verdict
+from guard.suite import Case, TimingPlan
 
 
 class Status(str, enum.Enum):
     """Why a case has (or lacks) a verdict."""
 
     COMPARED = "compared"
+    IDENTICAL = "identical"  # the same kernel ran on the GPU in both: not timed
     WRONG = "wrong"  # the candidate's output is wrong
     ERROR = "error"  # crashed, timed out, failed to build
     UNAVAILABLE = "unavailable"  # cannot run on this machine
@@ -66,6 +81,30 @@ class CaseComparison:
     def infra_failure(self) -> bool:
         return self.gate and self.status is Status.ERROR
 
+    @property
+    def case_verdict(self) -> CaseVerdict:
+        """The one word for this case's end (a not-gated timed case is a control)."""
+        if self.status is Status.COMPARED:
+            if not self.gate:
+                return CaseVerdict.CONTROL
+            return CaseVerdict(self.verdict.value if self.verdict else "inconclusive")
+        return CaseVerdict(self.status.value)
+
+    def outcome(self) -> CaseOutcome:
+        iv = self.interval
+        return CaseOutcome(
+            case_id=self.case_id,
+            gate=self.gate,
+            verdict=self.case_verdict,
+            fails=self.fails,
+            ratio=self.ratio,
+            low=iv.low if iv else None,
+            high=iv.high if iv else None,
+            baseline_s=self.baseline_median,
+            candidate_s=self.candidate_median,
+            reason=self.reason,
+        )
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -78,19 +117,37 @@ class Comparison:
     notes: tuple[str, ...] = ()
 
     @property
-    def exit_code(self) -> ExitCode:
+    def verdict(self) -> CheckVerdict:
+        """The whole check's verdict (and so its exit code): decided here only."""
+        if any(c.status is Status.WRONG for c in self.cases):
+            return CheckVerdict.WRONG_RESULTS
         if any(c.fails for c in self.cases):
-            return ExitCode.FAIL
+            return CheckVerdict.REGRESSION
         if any(c.infra_failure for c in self.cases):
-            return ExitCode.INFRA
+            return CheckVerdict.INFRASTRUCTURE
         if self.no_verdict_reason:
-            return ExitCode.BAD_INPUT  # neutral: nothing measured that could pass
-        return ExitCode.PASS
+            return CheckVerdict.NO_VERDICT  # neutral: nothing measured that could pass
+        return CheckVerdict.PASS
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.verdict.exit_code
+
+    def outcome(self, **context: object) -> Outcome:
+        """The typed outcome every renderer and the CI read (``context``: the
+        ``Outcome`` fields this comparison cannot know, e.g. the commits, the PR)."""
+        return Outcome(
+            verdict=self.verdict,
+            headline=self.headline,
+            cases=tuple(c.outcome() for c in self.cases),
+            notes=self.notes,
+            **context,  # type: ignore[arg-type]
+        )
 
     @property
     def no_verdict_reason(self) -> str:
         """Why no gated case was compared ("" when one was): then there is no verdict."""
-        if any(c.gate and c.status is Status.COMPARED for c in self.cases):
+        if any(c.gate and c.status in (Status.COMPARED, Status.IDENTICAL) for c in self.cases):
             return ""
         if not self.cases:
             return "the candidate has no cases"
@@ -142,10 +199,14 @@ class Comparison:
     def inconclusive_ids(self) -> list[str]:
         return [c.case_id for c in self.cases if c.gate and c.verdict is Verdict.INCONCLUSIVE]
 
+    @property
+    def identical_ids(self) -> list[str]:
+        return [c.case_id for c in self.cases if c.status is Status.IDENTICAL]
+
 
 def _median(rounds: tuple[tuple[float, ...], ...]) -> float | None:
-    values = [s for r in rounds for s in r]
-    return float(np.median(values)) if values else None
+    """The case's time, as everywhere (``stats.case_time``)."""
+    return stats.case_time(rounds)
 
 
 def check_comparable(baseline: RunResult, candidate: RunResult) -> None:
@@ -164,13 +225,29 @@ def check_comparable(baseline: RunResult, candidate: RunResult) -> None:
         )
 
 
+def case_rule(case: Case, plan: TimingPlan, paired: bool) -> Rule:
+    """The rule for ``case``: the calibrated noise floor in a paired run; against a
+    stored baseline, the machine's drift added to both the floor and the effect."""
+    d = case.threshold.min_effect
+    if paired:
+        return Rule(min_effect=d, margin=plan.margin)
+    return Rule(min_effect=d + plan.drift, margin=plan.drift)
+
+
+def identical(base: CaseResult, cand: CaseResult) -> bool:
+    """Both ran the same device code (fingerprints taken from the GPU, not sources)."""
+    return cand.fingerprint.startswith("gpu:") and cand.fingerprint == base.fingerprint
+
+
 def compare_case(
     base: CaseResult | None,
     cand: CaseResult,
     confidence: float,
     rng: np.random.Generator,
+    rule: Rule | None = None,
 ) -> CaseComparison:
     case = cand.case
+    rule = rule or case_rule(case, TimingPlan(), paired=False)
     common = {
         "case_id": cand.id,
         "kernel": case.kernel,
@@ -196,6 +273,15 @@ def compare_case(
             **common, status=Status.NOT_COMPARABLE, reason="parameters differ from the baseline's"
         )
     medians = {"baseline_median": _median(base.rounds), "candidate_median": _median(cand.rounds)}
+    if identical(base, cand):
+        return CaseComparison(
+            **common,
+            **medians,
+            status=Status.IDENTICAL,
+            verdict=Verdict.UNCHANGED,
+            reason="identical kernel: the same device code and launches in both "
+            f"({cand.fingerprint[:16]}); not timed",
+        )
     if len(base.rounds) < 2 or len(cand.rounds) < 2:
         ratio = (
             stats.ratio_estimate(base.rounds, cand.rounds) if base.rounds and cand.rounds else None
@@ -214,8 +300,9 @@ def compare_case(
                 else "cannot decide: an interval needs at least 2 rounds in each arm"
             ),
         )
-    interval = stats.ratio_interval(base.rounds, cand.rounds, confidence=confidence, rng=rng)
-    verdict = stats.classify(interval, case.threshold.min_effect)
+    verdict, interval = stats.decide(
+        base.rounds, cand.rounds, rule, confidence=confidence, rng=rng
+    )
     host_ratio = None
     hb, hc = _median(base.host_rounds), _median(cand.host_rounds)
     if hb and hc:
@@ -242,9 +329,13 @@ def compare_runs(
     *,
     alpha: float = 0.01,
     seed: int = 0,
+    plan: TimingPlan | None = None,
+    paired: bool = False,
 ) -> Comparison:
-    """Decide every candidate case against the baseline."""
+    """Decide every candidate case against the baseline (``paired``: both measured
+    here, interleaved; otherwise a stored baseline, with ``plan.drift`` allowed)."""
     check_comparable(baseline, candidate)
+    plan = plan or TimingPlan()
     rng = np.random.default_rng(seed)
     gated = [
         c
@@ -253,10 +344,20 @@ def compare_runs(
         and c.status == OK
         and (b := baseline.case(c.id)) is not None
         and b.status == OK
+        and not identical(b, c)
     ]
     confidence = stats.family_confidence(alpha, len(gated))
-    cases = tuple(compare_case(baseline.case(c.id), c, confidence, rng) for c in candidate.cases)
+    cases = tuple(
+        compare_case(baseline.case(c.id), c, confidence, rng, case_rule(c.case, plan, paired))
+        for c in candidate.cases
+    )
     notes = []
+    if not paired:
+        notes.append(
+            f"against a stored baseline: a machine's drift of up to {plan.drift:.1%} is "
+            f"allowed for, so only changes beyond it are decided (a paired run, "
+            "`guard compare --against REF`, resolves to the noise floor)"
+        )
     if baseline.suite_hash and candidate.suite_hash and baseline.suite_hash != candidate.suite_hash:
         notes.append(
             f"the suite changed since the baseline (hash {baseline.suite_hash} -> "
@@ -282,7 +383,11 @@ def compare_runs(
 def replace_cases(comparison: Comparison, confirmed: Comparison) -> Comparison:
     """Take ``confirmed``'s verdict for every case it holds (a paired rerun on this
     machine outranks a stored baseline recorded elsewhere)."""
-    by_id = {c.case_id: c for c in confirmed.cases if c.status is Status.COMPARED}
+    by_id = {
+        c.case_id: c
+        for c in confirmed.cases
+        if c.status in (Status.COMPARED, Status.IDENTICAL)
+    }
     cases = tuple(
         by_id.get(c.case_id, c) if c.status is Status.COMPARED else c for c in comparison.cases
     )

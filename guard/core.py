@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -52,6 +52,7 @@ class MeasureOptions:
     fault_modules: tuple[str, ...] = ()  # tests: modules that register extra kernels
     sys_path: tuple[str, ...] = ()
     sanitize: bool = False  # run workers under compute-sanitizer memcheck (GPU only)
+    time_identical: bool = False  # time cases whose kernel is identical to the baseline's
 
 
 @dataclass(frozen=True)
@@ -202,15 +203,35 @@ def find_baseline(
     )
 
 
-def _sequential(session: Session, baseline_of, opts: MeasureOptions, alpha: float) -> Comparison:
-    """Measure the planned rounds, then more rounds while gated cases stay inconclusive."""
+def _sequential(
+    session: Session,
+    baseline_of: Callable[[], tuple[RunResult, RunResult]],
+    opts: MeasureOptions,
+    *,
+    paired: bool,
+    time_identical: bool = False,
+) -> Comparison:
+    """Measure the planned rounds of every case that can have changed, then more rounds
+    while gated cases stay inconclusive.
+
+    After the correctness round each case has a fingerprint of what it ran on the GPU;
+    a case identical to its baseline is decided without timing (``time_identical``
+    times it anyway, e.g. to study the noise of an unchanged tree)."""
+    plan = session.suite.timing
     rounds, max_rounds = _plan_rounds(session, opts)
-    session.time(rounds)
-    comparison = compare_runs(*baseline_of(), alpha=alpha)
+
+    def decide() -> Comparison:
+        return compare_runs(*baseline_of(), alpha=plan.alpha, plan=plan, paired=paired)
+
+    skip = set() if time_identical else set(decide().identical_ids)
+    to_time = [c.id for c in session.suite.cases if c.id not in skip]
+    if to_time:
+        session.time(rounds, to_time)
+    comparison = decide()
     while comparison.inconclusive_ids() and session.rounds_done < max_rounds:
         step = min(SEQUENTIAL_STEP, max_rounds - session.rounds_done)
         session.time(step, comparison.inconclusive_ids())
-        comparison = compare_runs(*baseline_of(), alpha=alpha)
+        comparison = decide()
     return comparison
 
 
@@ -238,7 +259,11 @@ def compare_with_baseline(
         session.time(rounds)
         return CompareOutcome(session.results()["candidate"], None, missing_reason)
     comparison = _sequential(
-        session, lambda: (baseline, session.results()["candidate"]), opts, suite.timing.alpha
+        session,
+        lambda: (baseline, session.results()["candidate"]),
+        opts,
+        paired=False,
+        time_identical=opts.time_identical,
     )
     regressed = [c.case_id for c in comparison.cases if c.fails and c.interval is not None]
     if confirm_ref and regressed:
@@ -288,20 +313,44 @@ def compare_against(
 ) -> Comparison:
     """Measure ``ref``'s kernels and this tree's, interleaved round by round, and compare."""
     with worktree(ref, repo) as tree:
-        arms = (Arm("baseline", str(tree), ref), Arm("candidate", None, "working tree"))
-        session = _session(suite, opts, progress, arms)
-        session.check()
+        return compare_arms(
+            suite,
+            Arm("baseline", str(tree), ref),
+            Arm("candidate", None, "working tree"),
+            opts=opts,
+            progress=progress,
+        )
 
-        def pair() -> tuple[RunResult, RunResult]:
-            res = session.results()
-            return res["baseline"], res["candidate"]
 
-        return _sequential(session, pair, opts, suite.timing.alpha)
+@_unwinds_on_sigterm
+def compare_arms(
+    suite: Suite,
+    baseline: Arm,
+    candidate: Arm,
+    *,
+    opts: MeasureOptions = MeasureOptions(),
+    progress: ProgressFn = _noop,
+) -> Comparison:
+    """Measure two trees' kernels (``Arm.kernels_root``; None: this checkout's) with
+    this guard and ``suite``, interleaved round by round, and compare them paired.
+
+    The PR check runs this from the base commit's checkout (the judge) with the PR's
+    tree as the candidate: only ``kernels/`` comes from the PR."""
+    arms = (replace(baseline, name="baseline"), replace(candidate, name="candidate"))
+    session = _session(suite, opts, progress, arms)
+    session.check()
+
+    def pair() -> tuple[RunResult, RunResult]:
+        res = session.results()
+        return res["baseline"], res["candidate"]
+
+    return _sequential(session, pair, opts, paired=True, time_identical=opts.time_identical)
 
 
 def compare_files(
     baseline_path_: str | Path, candidate_path: str | Path, alpha: float = 0.01
 ) -> Comparison:
+    """Two result files: from anywhere, so compared as a stored baseline (drift allowed)."""
     return compare_runs(results.load(baseline_path_), results.load(candidate_path), alpha=alpha)
 
 

@@ -38,7 +38,9 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _LOCATION_LINE = re.compile(r"^\s*\.(?:loc|file)\b.*$", re.MULTILINE)
 _DEBUG_SECTION = re.compile(r"^\s*\.section\s+\.debug_\w+\s*\{.*?^\s*\}", re.MULTILINE | re.DOTALL)
@@ -115,11 +117,18 @@ def capture_triton_launches() -> Iterator[list[Launch]]:
         JITFunction.run = run  # type: ignore[method-assign]
 
 
+class CaptureFailed(RuntimeError):
+    """The profiler could not be started or read: the fingerprint is unknown."""
+
+
 @contextlib.contextmanager
 def capture_device_kernels() -> Iterator[list[dict[str, Any]]]:
     """Within the block, the CUDA profiler records every device kernel; on exit the
     yielded list holds one ``{name, grid, block, shared, registers}`` per launch.
-    Without a GPU (or when the profiler fails) the list stays empty."""
+
+    Without a GPU the list stays empty. An error of the block itself propagates as it
+    is (the kernel's failure is the case's, not the fingerprint's); a profiler that
+    cannot start or be read raises ``CaptureFailed`` after the block ran."""
     kernels: list[dict[str, Any]] = []
     try:
         import torch
@@ -130,18 +139,36 @@ def capture_device_kernels() -> Iterator[list[dict[str, Any]]]:
     if not torch.cuda.is_available():
         yield kernels
         return
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    prof = profile(activities=[ProfilerActivity.CUDA])
+    try:
+        prof.__enter__()
+    except Exception as exc:
+        failure: Exception | None = exc
         yield kernels
-    torch.cuda.synchronize()
+        raise CaptureFailed(f"the CUDA profiler did not start: {exc!r}") from failure
+    try:
+        yield kernels
+    finally:
+        try:
+            torch.cuda.synchronize()
+            prof.__exit__(None, None, None)
+            kernels.extend(_kernels_of(prof))
+        except Exception as exc:
+            kernels.clear()
+            raise CaptureFailed(f"the CUDA profiler could not be read: {exc!r}") from exc
+
+
+def _kernels_of(prof: Any) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="guard-fp-") as tmp:
         trace = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(trace))
         events = json.loads(trace.read_text("utf-8")).get("traceEvents", [])
+    out = []
     for event in events:
         if not isinstance(event, dict) or event.get("cat") != "kernel":
             continue
         args = event.get("args", {}) if isinstance(event.get("args"), dict) else {}
-        kernels.append(
+        out.append(
             {
                 "name": str(event.get("name", "")),
                 "grid": _plain(args.get("grid")),
@@ -150,6 +177,7 @@ def capture_device_kernels() -> Iterator[list[dict[str, Any]]]:
                 "registers": _plain(args.get("registers per thread")),
             }
         )
+    return out
 
 
 def loaded_extensions() -> dict[str, str]:
@@ -197,8 +225,16 @@ def fingerprint(
     return "gpu:" + hashlib.sha256(blob).hexdigest()[:32]
 
 
-def take(call: Callable[[], Any], kernels_dir: str | Path) -> str:
-    """Run ``call`` once (already warmed up: compiled, built) and fingerprint it."""
-    with capture_device_kernels() as device_kernels, capture_triton_launches() as launches:
-        call()
-    return fingerprint(launches, device_kernels, loaded_extensions(), tree_hash(kernels_dir))
+def take(call: Callable[[], T], kernels_dir: str | Path) -> tuple[T, str]:
+    """Run ``call`` (a case's first call in a fresh process: compiled, launched through
+    the JIT, never through a launcher's cache) and fingerprint what it ran.
+
+    Returns its result and the fingerprint ("" when the capture failed: the case is
+    then always timed). The call's own exceptions propagate unchanged."""
+    try:
+        with capture_device_kernels() as device_kernels, capture_triton_launches() as launches:
+            result = call()
+    except CaptureFailed:
+        return result, ""
+    fallback = tree_hash(kernels_dir)
+    return result, fingerprint(launches, device_kernels, loaded_extensions(), fallback)

@@ -182,7 +182,7 @@ class Prepared:
 
     def __init__(self, fn: Callable, case: Case, plan: TimingPlan, seed: int, device: str):
         self.device = device
-        self.case, self.seed = case, seed
+        self.case, self.seed, self.plan = case, seed, plan
         q, k, v = make_inputs(case, seed, device)
         self._inputs = (q, k, v)
 
@@ -243,10 +243,29 @@ class Prepared:
         """One untimed replay (keeps the GPU busy during the round's warm-up)."""
         self._replay()
 
-    def sample(self, n: int) -> list[float]:
+    def sample(self, n: int, sustained: bool | None = None) -> list[float]:
         """``n`` samples, after one untimed replay: the first replay after another case
-        ran is about 10% slow (H200, calibration pool 2), a cold start, not the kernel."""
+        ran is about 10% slow (H200, calibration pool 2), a cold start, not the kernel.
+
+        ``sustained``: the replays are queued back to back with an event between each
+        two and one synchronization at the end, so the GPU never idles. Power-capped
+        shapes then run at the clock they hold under load (an H200 at its 700 W cap
+        drops from 1980 MHz to 1500-1750 at hd 128), which is what a user's training
+        step sees; one synchronized sample at a time lets the GPU idle and boost.
+        """
         self._replay()
+        if sustained is None:
+            sustained = self.plan.load == "sustained"
+        if sustained and self.device == "cuda":
+            events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+            events[0].record()
+            for i in range(n):
+                self._replay()
+                events[i + 1].record()
+            events[-1].synchronize()
+            return [
+                events[i].elapsed_time(events[i + 1]) * 1e-3 / self.calls for i in range(n)
+            ]
         out = []
         for _ in range(n):
             if self.device == "cuda":

@@ -12,32 +12,21 @@ image or split a table cell; one holding a newline must not start a second
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from guard.compare import CaseComparison, Comparison, Status
+from guard.outcome import CaseVerdict
 from guard.results import OK, RunResult
-from guard.stats import Verdict
 from guard.suite import flops
-
-VERDICT_ICON = {
-    Verdict.REGRESSION: "🔴 regression",
-    Verdict.IMPROVEMENT: "🟢 improvement",
-    Verdict.UNCHANGED: "⚪ unchanged",
-    Verdict.INCONCLUSIVE: "🟡 inconclusive",
-}
-
-
-def fmt_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.3f} ms"
-    return f"{seconds * 1e6:.1f} µs"
-
-
-def fmt_ratio(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}x"
+from guard.text import (
+    fmt_ratio,
+    fmt_time,
+    gh_command,
+    md_code,
+    md_table,
+    md_text,
+    md_url,
+)
 
 
 def fmt_ci(c: CaseComparison) -> str:
@@ -47,14 +36,30 @@ def fmt_ci(c: CaseComparison) -> str:
 
 
 def verdict_text(c: CaseComparison, icons: bool = False) -> str:
-    if c.status is Status.COMPARED and c.verdict is not None:
-        text = VERDICT_ICON[c.verdict] if icons else c.verdict.value
-        return text if c.gate else f"{text} (not gated)"
-    if c.status is Status.WRONG:
-        return "❌ WRONG RESULTS" if icons else "WRONG RESULTS"
-    if c.status is Status.ERROR:
-        return "💥 error" if icons else "error"
-    return c.status.value
+    """The case's verdict in words (``icons``: with a colour mark). A not-gated case
+    is a control: its ratio is shown, never a verdict's colour (the machine moving
+    must not paint torch's own kernels red)."""
+    verdict = c.case_verdict
+    words = CASE_WORDS.get(verdict, verdict.value)
+    if not icons:
+        return words
+    return f"{CASE_ICONS[verdict]} {words}" if verdict in CASE_ICONS else words
+
+
+CASE_WORDS = {
+    CaseVerdict.IDENTICAL: "unchanged (identical kernel)",
+    CaseVerdict.WRONG: "WRONG RESULTS",
+    CaseVerdict.CONTROL: "control (not gated)",
+}
+CASE_ICONS = {
+    CaseVerdict.REGRESSION: "🔴",
+    CaseVerdict.IMPROVEMENT: "🟢",
+    CaseVerdict.UNCHANGED: "⚪",
+    CaseVerdict.IDENTICAL: "⚪",
+    CaseVerdict.INCONCLUSIVE: "🟡",
+    CaseVerdict.WRONG: "❌",
+    CaseVerdict.ERROR: "💥",
+}
 
 
 def comparison_rows(comparison: Comparison) -> list[list[str]]:
@@ -67,95 +72,23 @@ def comparison_rows(comparison: Comparison) -> list[list[str]]:
                 fmt_time(c.candidate_median),
                 fmt_ratio(c.ratio),
                 fmt_ci(c),
-                f"±{c.min_effect * 100:g}%",
+                f"{c.min_effect * 100:g}%",
                 verdict_text(c),
             ]
         )
     return rows
 
 
-COMPARISON_HEADER = ["case", "baseline", "candidate", "ratio", "CI", "band", "verdict"]
+# "baseline"/"candidate": the case's time (trimmed geometric mean of round medians), so
+# candidate / baseline is the ratio beside them; "threshold": the minimum effect of
+# interest ("unchanged" rules out a slowdown this large).
+COMPARISON_HEADER = ["case", "baseline", "candidate", "ratio", "CI", "threshold", "verdict"]
 
 
 # ------------------------------------------------------------------ escaping
 
-_MD_SPECIAL = re.compile(
-    r"""
-    [\\`*~|]                # escapes, code spans, emphasis, strikethrough, table cells
-    | \](?=[(\[:])          # a link, image, reference or link definition needs "](", "][", "]:"
-    | (?<![A-Za-z0-9])_ | _(?![A-Za-z0-9])   # "_" is emphasis unless inside a word
-    """,
-    re.VERBOSE,
-)
-_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
-
-
-def md_text(text: object) -> str:
-    """``text`` as literal Markdown text on one line (GitHub-flavoured, table-safe).
-
-    HTML's ``& < >`` become entities (no tag, no autolink), Markdown's punctuation is
-    backslash-escaped where it could mean something (``\\ ` * ~ |``, a ``]`` that
-    would close a link, an ``_`` at a word's edge), line breaks become spaces. Plain
-    names such as ``triton_flash/b1-h8-s512-d64-full`` or ``test_attn[fp16]`` come out
-    unchanged.
-    """
-    escaped = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), one_line(text))
-    return re.sub(r"[&<>]", lambda m: _HTML[m.group(0)], escaped)
-
-
-def md_code(text: object) -> str:
-    """``text`` as an inline code span: literal (no Markdown, no HTML inside), on one
-    line, with a backtick fence longer than any run of backticks it holds."""
-    body = one_line(text)
-    fence = "`" * (max((len(r) for r in re.findall(r"`+", body)), default=0) + 1)
-    if body.startswith("`") or body.endswith("`") or (body[:1] == body[-1:] == " "):
-        body = f" {body} "
-    return f"{fence}{body}{fence}"
-
-
-def md_block(text: str) -> str:
-    """``text`` as a fenced code block that nothing inside it can close."""
-    fence = "`" * max(3, max((len(r) for r in re.findall(r"`+", text)), default=0) + 1)
-    return f"{fence}\n{text}\n{fence}"
-
-
-def md_table(header: list[str], rows: list[list[str]]) -> str:
-    """A Markdown table; every cell (header included) is text, escaped by ``md_text``."""
-    lines = ["| " + " | ".join(md_text(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(md_text(x) for x in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def one_line(text: object) -> str:
-    """``text`` for a plain log line: line breaks become spaces, so that nothing read
-    from a file or a kernel starts a line of its own (under GitHub Actions a line
-    starting with ``::`` is a workflow command)."""
-    return re.sub(r"[\r\n]+", " ", str(text))
-
-
-def gh_escape(text: object, *, prop: bool = False) -> str:
-    """A workflow command's message (``prop``: a property value such as ``title``),
-    escaped as GitHub's toolkit does (``escapeData`` / ``escapeProperty``): a newline
-    cannot end the command and start another one."""
-    out = str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    if prop:
-        out = out.replace(":", "%3A").replace(",", "%2C")
-    return out
-
-
-def gh_command(level: str, message: object, **props: object) -> str:
-    """``::level k=v,...::message`` with every property and the message escaped."""
-    head = ",".join(f"{k}={gh_escape(v, prop=True)}" for k, v in props.items() if v != "")
-    return f"::{level}{' ' + head if head else ''}::{gh_escape(message)}"
-
-
 def _moved(c: CaseComparison) -> bool:
-    return (
-        c.fails
-        or c.infra_failure
-        or c.status in (Status.WRONG, Status.ERROR)
-        or (c.verdict in (Verdict.REGRESSION, Verdict.IMPROVEMENT, Verdict.INCONCLUSIVE))
-    )
+    return c.fails or (c.gate and c.case_verdict.moved) or c.case_verdict is CaseVerdict.WRONG
 
 
 def comparison_markdown(
@@ -172,7 +105,7 @@ def comparison_markdown(
         f" · per-case confidence {comparison.confidence:.4f} (family α={comparison.alpha:g})"
     )
     if report_url:
-        out += ["", f"[Full report]({_md_url(report_url)})"]
+        out += ["", f"[Full report]({md_url(report_url)})"]
     moved = [c for c in comparison.cases if _moved(c)]
     rest = [c for c in comparison.cases if not _moved(c)]
     row_of = dict(
@@ -215,14 +148,6 @@ def comparison_markdown(
     for note in comparison.notes:
         out.append(f"> {md_text(note)}")
     return "\n".join(out).rstrip() + "\n"
-
-
-def _md_url(url: str) -> str:
-    """A link destination: as it is when plain, else inside ``<...>`` with whitespace
-    and angle brackets percent-encoded, so that nothing in it can end the link."""
-    if re.fullmatch(r"[^\s()<>\\]+", url):
-        return url
-    return "<" + re.sub(r"[\s<>\\]", lambda m: f"%{ord(m.group(0)):02X}", url) + ">"
 
 
 def run_rows(run: RunResult) -> list[list[str]]:

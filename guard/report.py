@@ -26,6 +26,7 @@ import jinja2
 from guard import svg
 from guard.compare import CaseComparison, Comparison, Status
 from guard.history import Trend
+from guard.outcome import CheckVerdict
 from guard.render import fmt_ratio, fmt_time, verdict_text
 from guard.results import OK, WRONG, CaseResult, Correctness, Environment, RunResult
 from guard.suite import Case, flops
@@ -198,7 +199,7 @@ def _correctness_rows(
 
 def _css(cc: CaseComparison | None, result: CaseResult) -> str:
     if cc is not None and cc.status is Status.COMPARED and cc.verdict is not None:
-        return cc.verdict.value
+        return cc.verdict.value if cc.gate else "control"  # controls are never coloured
     status = cc.status.value if cc is not None else result.status
     if status in (Status.WRONG.value, WRONG):
         return "wrong"
@@ -355,10 +356,13 @@ def _run_headline(run: RunResult) -> tuple[str, str]:
 
 
 def _headline_css(comparison: Comparison) -> str:
-    head = comparison.headline
-    if head.startswith("NO VERDICT"):
-        return "neutral"
-    return "fail" if head.startswith("FAIL") else "error" if head.startswith("ERROR") else "pass"
+    """The headline's colour, from the verdict (never from parsing the headline)."""
+    return {
+        CheckVerdict.PASS: "pass",
+        CheckVerdict.REGRESSION: "fail",
+        CheckVerdict.WRONG_RESULTS: "fail",
+        CheckVerdict.INFRASTRUCTURE: "error",
+    }.get(comparison.verdict, "neutral")
 
 
 @lru_cache(maxsize=1)

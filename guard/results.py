@@ -7,6 +7,9 @@ carries the guard's own record under the key ``guard`` with an integer
 
 Format changes (bump ``SCHEMA_VERSION`` and add ``migrate_to_N`` for each):
   1 (2026-11): first version.
+  2 (2026-11): per case ``fingerprint`` (what ran on the GPU: ``guard.fingerprint``)
+     and ``resources`` (compiler resources per arch: ``guard.resources``); version 1
+     files read as having neither.
 
 Readers migrate older files and refuse newer ones; every field is validated on
 load and a failure raises ``BadInput`` naming the file and the field.
@@ -32,7 +35,7 @@ from guard import limits, stats
 from guard.errors import BadInput, cut, shown
 from guard.suite import Case
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 PYTEST_BENCHMARK_VERSION = "5.2.3"  # the format we write
 PYTEST_BENCHMARK_MAJORS = (3, 4, 5)  # the formats we read: same layout of stats.data
 
@@ -70,6 +73,8 @@ class CaseResult:
     rounds: tuple[tuple[float, ...], ...] = ()  # device seconds per call, one tuple a round
     host_rounds: tuple[tuple[float, ...], ...] = ()  # host-inclusive seconds per call
     kernel_hash: str = ""
+    fingerprint: str = ""  # guard.fingerprint of what ran on the GPU; "" unknown
+    resources: tuple[dict[str, Any], ...] = ()  # guard.resources.KernelResources as JSON
     method: str = ""  # "cuda-graph", "cuda-events", "cpu-timer"
     calls_per_sample: tuple[int, ...] = ()
     worker_output: str = ""  # tail of the worker's output when it failed
@@ -84,8 +89,9 @@ class CaseResult:
 
     @property
     def median(self) -> float | None:
-        s = self.samples
-        return float(sorted(s)[len(s) // 2]) if s else None
+        """The case's time (``stats.case_time``: trimmed geometric mean of round
+        medians), the number every report shows for this case."""
+        return stats.case_time(self.rounds)
 
 
 @dataclass(frozen=True)
@@ -207,6 +213,8 @@ def _case_record(r: CaseResult) -> dict[str, Any]:
         "rounds": [list(x) for x in r.rounds],
         "host_rounds": [list(x) for x in r.host_rounds],
         "kernel_hash": r.kernel_hash,
+        "fingerprint": r.fingerprint,
+        "resources": list(r.resources),
         "method": r.method,
         "calls_per_sample": list(r.calls_per_sample),
         "worker_output": r.worker_output,
@@ -432,6 +440,8 @@ def _case_from(reader: _Reader, rec: Any, where: str) -> CaseResult:
         rounds=rounds,
         host_rounds=host,
         kernel_hash=reader.get(rec, "kernel_hash", where, str, ""),
+        fingerprint=reader.get(rec, "fingerprint", where, str, ""),
+        resources=_resources(reader, rec, where),
         method=reader.get(rec, "method", where, str, ""),
         calls_per_sample=tuple(int(x) for x in cps if isinstance(x, int)),
         worker_output=reader.get(rec, "worker_output", where, str, ""),
@@ -473,8 +483,30 @@ def _environment_from(reader: _Reader, data: Any, where: str) -> Environment:
     return Environment(**values)
 
 
+def _resources(reader: _Reader, rec: dict[str, Any], where: str) -> tuple[dict[str, Any], ...]:
+    """Each record validated as ``guard.resources.KernelResources``, kept as JSON."""
+    from guard.resources import KernelResources
+
+    items = reader.get(rec, "resources", where, list, [])
+    if len(items) > 64:
+        raise reader.fail(f"{where}.resources", f"{len(items)} records; at most 64 per case")
+    return tuple(
+        KernelResources.from_json(item, f"{reader.source}: {where}.resources[{i}]").to_json()
+        for i, item in enumerate(items)
+    )
+
+
+def migrate_to_2(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had no fingerprints or resources: every case reads as unknown."""
+    for case in record.get("cases", []) if isinstance(record.get("cases"), list) else []:
+        if isinstance(case, dict):
+            case.setdefault("fingerprint", "")
+            case.setdefault("resources", [])
+    return record
+
+
 # Migrations: MIGRATIONS[n] turns a version n-1 "guard" record into version n.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: migrate_to_2}
 
 
 def _migrate(reader: _Reader, record: dict[str, Any]) -> dict[str, Any]:

@@ -102,6 +102,7 @@ class _CaseState:
     rounds: list[tuple[float, ...]] = field(default_factory=list)
     host_rounds: list[tuple[float, ...]] = field(default_factory=list)
     kernel_hash: str = ""
+    fingerprint: str = ""
     method: str = ""
     calls: list[int] = field(default_factory=list)
     output: str = ""
@@ -115,6 +116,7 @@ class _CaseState:
             rounds=tuple(self.rounds),
             host_rounds=tuple(self.host_rounds),
             kernel_hash=self.kernel_hash,
+            fingerprint=self.fingerprint,
             method=self.method,
             calls_per_sample=tuple(self.calls),
             worker_output=self.output,
@@ -334,6 +336,7 @@ class Session:
             corr = event.get("correctness")
             state.correctness = Correctness(**corr) if corr else None
             state.kernel_hash = event.get("kernel_hash", "")
+            state.fingerprint = str(event.get("fingerprint", ""))
             if status != OK:
                 self._fail(state, status, event.get("reason", ""), event.get("output", ""))
             return

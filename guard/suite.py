@@ -124,6 +124,9 @@ class Tolerance:
     max_abs_floor: float = 4e-3
 
 
+LOADS = ("sustained", "bursts")
+
+
 @dataclass(frozen=True)
 class TimingPlan:
     """How much to measure. ``rounds`` fresh processes per arm, more (up to
@@ -140,6 +143,15 @@ class TimingPlan:
     round_warmup_ms: float = 300.0  # GPU kept busy before the first sample of a round
     case_timeout_s: float = 180.0
     alpha: float = 0.01  # whole-check false-alarm rate the intervals are sized for
+    # The noise floor a regression must clear when both trees run on one machine,
+    # interleaved (calibrated: docs/CALIBRATION.md), and the drift between machines or
+    # days of one GPU model that a stored baseline adds on top (measured across leases).
+    margin: float = 0.005
+    drift: float = 0.03
+    # "sustained": a pass's samples are queued back to back (no host sync between
+    # them), so the GPU never idles and runs at the clock and power it holds under
+    # load; "bursts": one sample at a time, synchronized (the GPU idles between).
+    load: str = "sustained"
 
 
 @dataclass(frozen=True)
@@ -259,7 +271,11 @@ def _timing(data: Any, source: str, where: str, base: TimingPlan) -> TimingPlan:
     values: dict[str, Any] = {}
     for key, value in data.items():
         default = getattr(base, key)
-        if isinstance(default, int):
+        if key == "load":
+            if value not in LOADS:
+                raise _fail(source, f"{where}.load", f"must be one of {', '.join(LOADS)}")
+            values[key] = value
+        elif isinstance(default, int):
             most = _TIMING_MOST.get(key, limits.MAX_DIMENSION)
             values[key] = _positive_int(value, source, f"{where}.{key}", most)
         else:
@@ -281,6 +297,9 @@ def _timing(data: Any, source: str, where: str, base: TimingPlan) -> TimingPlan:
         stats.check_alpha(plan.alpha)
     except ValueError as exc:
         raise _fail(source, f"{where}.alpha", str(exc)) from None
+    for key in ("margin", "drift"):
+        if not 0.0 < getattr(plan, key) < 0.5:
+            raise _fail(source, f"{where}.{key}", "must lie in (0, 0.5)")
     return plan
 
 
@@ -418,6 +437,12 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
             if "threshold" in entry
             else default_threshold
         )
+        if threshold.min_effect <= timing.margin:
+            raise _fail(
+                source,
+                f"{where}.threshold" if "threshold" in entry else "threshold",
+                f"{threshold} must exceed timing.margin ({timing.margin:g}), the noise floor",
+            )
         case_kernels = entry.get("kernels", kernels)
         if not isinstance(case_kernels, list) or not all(k in kernels for k in case_kernels):
             raise _fail(source, f"{where}.kernels", "must list kernels that appear under 'kernels'")

@@ -21,6 +21,7 @@ kernel that closes or reads fd 0 blinds it (the runner still kills the group).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -92,7 +93,9 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
     for module in job.get("fault_modules", []):
         __import__(module)  # tests register fault-injection kernels this way
     import kernels
+    from guard import fingerprint
 
+    kernels_dir = os.path.dirname(os.path.abspath(kernels.__file__))
     device = job["device"]
     mode = job["mode"]
     plan = TimingPlan(**job["plan"])
@@ -140,13 +143,18 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
             continue
         try:
             if mode == "check":
-                result = measure.check(
-                    fn,
-                    case,
-                    tolerances.get(case.dtype, Tolerance()),
-                    seed,
-                    device,
-                    spec.accepts_out,
+                # The case's first call: fingerprinted as it runs (guard.fingerprint).
+                result, print_ = fingerprint.take(
+                    functools.partial(
+                        measure.check,
+                        fn,
+                        case,
+                        tolerances.get(case.dtype, Tolerance()),
+                        seed,
+                        device,
+                        spec.accepts_out,
+                    ),
+                    kernels_dir,
                 )
                 _emit(
                     proto,
@@ -155,6 +163,7 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
                     reason=result.message,
                     correctness=result.__dict__,
                     kernel_hash=hashes[case.kernel],
+                    fingerprint=print_ if result.passed else "",
                 )
             else:
                 prepared.append((case, measure.Prepared(fn, case, plan, seed, device)))

@@ -327,7 +327,7 @@ def test_all_cases_unavailable_is_no_verdict(rng):
 
 def test_empty_pytest_benchmark_files_are_no_verdict(tmp_path, capsys):
     for name in ("a.json", "b.json"):
-        (tmp_path / name).write_text(json.dumps({"benchmarks": []}))
+        (tmp_path / name).write_text(json.dumps({"version": "5.2.3", "benchmarks": []}))
     comparison = core.compare_files(tmp_path / "a.json", tmp_path / "b.json")
     _no_verdict(comparison)
     assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 2

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import report_data as data
 
-from guard import cli, history, render, report, results, svg
+from guard import cli, history, render, report, results, svg, text
 from guard.compare import compare_runs
 from guard.results import CaseResult
 from guard.suite import flops
@@ -148,10 +148,10 @@ def test_run_markdown_escapes_data() -> None:
 
 def test_markdown_escaping_keeps_plain_names() -> None:
     for name in ("triton_flash/b1-h8-s512-d64-full", "pytest/t.py::test_attn[fp16]", "a-b.c"):
-        assert render.md_text(name) == name
-    assert render.md_text("_x_ a_b") == "\\_x\\_ a_b"
-    assert render.md_code("a`b") == "``a`b``" and render.md_code("`x") == "`` `x ``"
-    assert render.md_block("```\n</details>") == "````\n```\n</details>\n````"
+        assert text.md_text(name) == name
+    assert text.md_text("_x_ a_b") == "\\_x\\_ a_b"
+    assert text.md_code("a`b") == "``a`b``" and text.md_code("`x") == "`` `x ``"
+    assert text.md_block("```\n</details>") == "````\n```\n</details>\n````"
 
 
 def test_annotations_are_one_command_each() -> None:

@@ -101,7 +101,8 @@ def test_two_pytest_benchmark_runs_cannot_decide_and_do_not_fail(tmp_path, capsy
     ]
     second = tmp_path / "second.json"
     second.write_text(json.dumps(doc))
-    assert main(["compare", str(first), str(second), "--json"]) == 0
+    # No verdict (exit 2): nothing could be decided, which is neither a pass nor a fail.
+    assert main(["compare", str(first), str(second), "--json"]) == 2
     out = json.loads(capsys.readouterr().out)
     [case] = out["cases"]
     assert case["status"] == "too-few-rounds" and case["verdict"] is None
@@ -216,17 +217,24 @@ def test_newer_schema_refused_older_migrated(doc, monkeypatch):
     newer = _mutate(doc, ("guard", "schema_version"), results.SCHEMA_VERSION + 1)
     with pytest.raises(BadInput, match="newer than this guard"):
         results.from_json(newer, "new.json")
-    # A pretend version 2: version-1 files go through migrate_to_2.
+    # A pretend next version: today's files go through its migration.
     seen = []
+    nxt = results.SCHEMA_VERSION + 1
 
-    def migrate_to_2(record):
+    def migrate_to_next(record):
         seen.append(record["schema_version"])
         return record
 
-    monkeypatch.setattr(results, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(results.MIGRATIONS, 2, migrate_to_2)
+    monkeypatch.setattr(results, "SCHEMA_VERSION", nxt)
+    monkeypatch.setitem(results.MIGRATIONS, nxt, migrate_to_next)
     run = results.from_json(doc, "old.json")
-    assert seen == [1] and run.schema_version == 2
+    assert seen == [nxt - 1] and run.schema_version == nxt
+
+
+def test_version_1_files_read_without_fingerprints_or_resources():
+    run = results.load(Path(__file__).parent / "fixtures" / "results-v1.json")
+    assert run.schema_version == results.SCHEMA_VERSION
+    assert all(c.fingerprint == "" and c.resources == () for c in run.cases)
 
 
 def test_checked_in_v1_fixture_still_loads():

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The PR check as the workflow runs it, on a GPU, for the closing notes of issues 12 and
+# 16: this checkout is the judge (the base commit); each "PR" is a copy of it with one
+# change, passed as --candidate-tree. Phases by name (each within a 10-minute call):
+#   same      an unchanged tree (identical kernels: decided without timing)
+#   timed     the unchanged tree, gated kernels timed anyway (--time-identical)
+#   ws-off    a planted regression: the Triton kernel's warp-specialized path off
+#   ws-bursts the same PR measured in "bursts" (synchronized 1 ms samples, GPU idles)
+#   refresh   baseline refresh of this GPU under the current plan
+# Exit code, verdicts per case and wall time of each go to $OUT/<phase>.* and a line each.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTN_GUARD_CACHE=${ATTN_GUARD_CACHE:-/tmp/attn-guard-cache}
+export GPU_LABEL=${GPU_LABEL:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)}
+
+pr_tree() {  # name, then an optional sed expression applied to the Triton kernel
+  local dir=/tmp/pr-$1
+  rm -rf "$dir" && mkdir -p "$dir"
+  cp -r kernels "$dir/"
+  [ -n "${2:-}" ] && sed -i "$2" "$dir/kernels/triton_flash_fwd.py"
+  echo "$dir"
+}
+
+check() {  # phase, tree, extra guard.ci args...
+  local phase=$1 tree=$2; shift 2
+  local t0=$SECONDS
+  TESTED_SHA=$phase timeout 590 python3 -m guard.ci --device cuda --base judge \
+    --candidate-tree "$tree" --out-dir "$OUT/$phase" "$@" > "$OUT/$phase.log" 2>&1
+  local rc=$?
+  echo "=== $phase: exit $rc in $((SECONDS - t0)) s"
+  python3 - "$OUT/$phase/outcome.json" <<'PY'
+import json, sys
+o = json.load(open(sys.argv[1]))
+print(" ", o["headline"])
+for c in o["cases"]:
+    if c["gate"] or c["verdict"] not in ("identical", "control"):
+        r = c["ratio"]
+        ci = f" [{c['low']:.3f}, {c['high']:.3f}]" if c.get("low") else ""
+        print(f"  {c['id']:<40} {c['verdict']:<12} {'' if r is None else f'{r:.3f}x'}{ci}")
+PY
+}
+
+WS_OFF='s/os.environ.get(_WS_ENV, "1") == "0"/True/'
+for p in "$@"; do
+  case $p in
+    same) check same "$(pr_tree same)" ;;
+    timed) check timed "$(pr_tree timed)" --time-identical --kernels triton_flash cuda_flash sdpa ;;
+    ws-off) check ws-off "$(pr_tree ws-off "$WS_OFF")" --html ;;
+    ws-bursts)
+      sed 's/load: sustained/load: bursts/' suites/default.yaml > /tmp/bursts.yaml
+      cp /tmp/bursts.yaml suites/bursts.yaml
+      check ws-bursts "$(pr_tree ws-bursts "$WS_OFF")" --suite suites/bursts.yaml
+      rm -f suites/bursts.yaml ;;
+    refresh)
+      t0=$SECONDS
+      timeout 590 python3 -m guard baseline refresh --dir "$OUT" --markdown "$OUT/refresh.md" \
+        > "$OUT/refresh.log" 2>&1
+      echo "=== refresh: exit $? in $((SECONDS - t0)) s"; tail -3 "$OUT/refresh.log" ;;
+    *) echo "unknown phase $p" ;;
+  esac
+done
