@@ -15,8 +15,9 @@ Dying with the guard: the worker asks Linux for SIGKILL when its parent dies
 of file on stdin (the guard closed it, or died) and then SIGKILLs the whole group, the
 kernels' children included. The watchdog is a process rather than a thread because a
 thread dies with the SIGKILLed worker, and cannot run at all while a hung native call
-holds the GIL. Limits: a descendant that leaves the group (``setsid``) escapes it; a
-kernel that closes or reads fd 0 blinds it (the runner still kills the group).
+holds the GIL. Limits: a descendant that leaves the group (``setsid``) escapes it; if
+the fork fails, a SIGKILLed guard leaves the kernels' children behind; the death signal
+is Linux-only and follows the parent *thread* that started the worker.
 """
 
 from __future__ import annotations
