@@ -300,9 +300,9 @@ def decide(
     return classify(interval, rule), interval
 
 
-# The family false-alarm rates a check may be sized for. Below 1e-6 the per-case level
-# rounds to 1 and every interval is infinitely wide (a 3x slowdown passed with alpha
-# 1e-300); above 0.2 one check in five fails on noise.
+# The family false-alarm rates a check may be sized for. Far below 1e-6 the per-case
+# level rounds to 1 and every interval is as wide as it gets (alpha 1e-300 passed a 3x
+# slowdown); above 0.2 one check in five fails on noise alone.
 ALPHA_MIN = 1e-6
 ALPHA_MAX = 0.2
 

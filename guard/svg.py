@@ -142,14 +142,17 @@ def _x_axis(
 # ------------------------------------------------------------------ distributions
 
 
-def _thinned(rounds: list[list[float]]) -> tuple[list[tuple[int, list[float]]], str]:
+def _thinned(
+    rounds: Sequence[Sequence[float]],
+) -> tuple[list[tuple[int, Sequence[float]]], str]:
     """The (round index, dots) to draw for one arm: at most ``MAX_PLOT_ROUNDS`` lanes
     (evenly spaced rounds) and ``MAX_PLOT_POINTS`` dots (per lane, evenly spaced
     quantiles of the round), and a note saying what was left out ("" if nothing)."""
     n = len(rounds)
     picked = sorted({int(i) for i in np.linspace(0, n - 1, min(n, MAX_PLOT_ROUNDS)).round()})
     per_lane = max(5, MAX_PLOT_POINTS // len(picked))
-    out, cut = [], False
+    out: list[tuple[int, Sequence[float]]] = []
+    cut = False
     for i in picked:
         r = rounds[i]
         if len(r) > per_lane:
