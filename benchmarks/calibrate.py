@@ -215,32 +215,55 @@ def load_pools(paths: list[str]):
 
 
 def analyze(args) -> int:
+    """The guard's rule (and the anchors) over PR-like checks formed from the pools.
+
+    ``--mode paired``: both arms from one pool (one machine), both growing from
+    ``--rounds`` to ``--max-rounds`` (the PR check: ``core.compare_arms``), rule with
+    the calibrated margin. ``--mode stored``: a stored baseline of
+    ``--baseline-rounds`` against a candidate growing; with ``--across`` the baseline
+    comes from the first ``--data`` pool and the candidate from the ``--across`` pool
+    (another lease), and the rule adds the drift allowance."""
     import numpy as np
 
     from benchmarks import calibration_study as cal
+    from guard.stats import Rule
+    from guard.suite import load_suite
 
     docs = load_pools(args.data)
+    plan = load_suite(args.suite).timing
     rounds = [r["samples"] for d in docs for r in d["rounds"]]
     workloads = list(docs[0]["plan"]["workloads"])
     arms = [a for a in ARMS if a != "base"]
     rng = np.random.default_rng(args.seed)
-    checks = cal.make_checks(
-        len(rounds),
-        args.rounds,
-        args.max_rounds - args.rounds,
-        args.checks,
-        rng,
-        baseline_rounds=args.baseline_rounds or None,
-    )
-    rules = {f"guard (min_effect {m * 100:g}%)": cal.rule_guard(m) for m in args.min_effect}
-    rules.update(
-        {
-            "pytest-benchmark median:5%": cal.rule_pytest_benchmark,
-            "mann-whitney p<0.05": cal.rule_mann_whitney,
-            "asv (p<0.002, >10%)": cal.rule_asv,
-            "criterion (95% CI > +1%)": cal.rule_criterion,
-        }
-    )
+    grow = args.max_rounds - args.rounds
+    if args.across:
+        other = load_pools(args.across)
+        n_a = len(rounds)
+        rounds += [r["samples"] for d in other for r in d["rounds"]]
+        checks = cal.make_checks_across(
+            n_a, len(rounds) - n_a, args.rounds, grow, args.checks, rng, args.baseline_rounds
+        )
+    elif args.mode == "paired":
+        checks = cal.make_checks(len(rounds), args.rounds, grow, args.checks, rng)
+    else:
+        checks = cal.make_checks(
+            len(rounds), args.rounds, grow, args.checks, rng, baseline_rounds=args.baseline_rounds
+        )
+    paired = args.mode == "paired" and not args.across
+    rules = {}
+    for d in args.min_effect:
+        rule = Rule(d, plan.margin) if paired else Rule(d + plan.drift, plan.drift)
+        label = f"guard {'paired' if paired else 'stored'} (d {d:.0%}, margin {rule.margin:.1%})"
+        rules[label] = cal.rule_guard(rule, plan.alpha)
+    if not args.guard_only:
+        rules.update(
+            {
+                "pytest-benchmark median:5%": cal.rule_pytest_benchmark,
+                "mann-whitney p<0.05": cal.rule_mann_whitney,
+                "asv (p<0.002, >10%)": cal.rule_asv,
+                "criterion (95% CI > +1%)": cal.rule_criterion,
+            }
+        )
     rates = [
         cal.evaluate(rounds, workloads, arms, rule, checks, name, seed=args.seed)
         for name, rule in rules.items()
@@ -248,22 +271,36 @@ def analyze(args) -> int:
     noise = {w: cal.variance_components(rounds, w) for w in workloads}
     summary = {
         "gpu": docs[0]["environment"]["gpu_name"],
+        "mode": "across" if args.across else args.mode,
         "n_rounds": len(rounds),
-        "n_pools": len(docs),
+        "n_pools": len(docs) + len(args.across or []),
         "checks": args.checks,
         "rounds_per_arm": args.rounds,
         "baseline_rounds": args.baseline_rounds,
         "max_rounds": args.max_rounds,
         "noise": noise,
-        "rules": [{"rule": r.rule, "false_alarm": r.false_alarm, "power": r.power} for r in rates],
+        "rules": [
+            {
+                "rule": r.rule,
+                "false_alarm": r.false_alarm,
+                "aa_inconclusive": r.aa_inconclusive,
+                "power": r.power,
+            }
+            for r in rates
+        ],
     }
-    header = f"{'rule':32} {'A/A fail':>9} " + " ".join(f"{a:>8}" for a in arms)
+    header = f"{'rule':44} {'A/A fail':>8} {'A/A open':>8} " + " ".join(f"{a:>7}" for a in arms)
     print(header)
     for r in rates:
         print(
-            f"{r.rule:32} {r.false_alarm:9.2f} " + " ".join(f"{r.min_power(a):8.2f}" for a in arms)
+            f"{r.rule:44} {r.false_alarm:8.2f} {r.aa_inconclusive:8.3f} "
+            + " ".join(f"{r.min_power(a):7.2f}" for a in arms)
         )
     print("(power: the lowest per-workload detection rate over the suite)")
+    for r in rates[: len(args.min_effect)]:
+        for arm in ("plus2", "plus5"):
+            per = " ".join(f"{w.split('-', 1)[1]}={p:.2f}" for w, p in r.power[arm].items())
+            print(f"  {r.rule} {arm}: {per}")
     for w, (between, within, normalized) in noise.items():
         print(
             f"noise {w:28} between {between:.2%} within {within:.2%} "
@@ -302,7 +339,7 @@ def main() -> int:
     a = sub.add_parser("analyze")
     a.add_argument("--data", nargs="+", required=True)
     a.add_argument("--rounds", type=int, default=6)
-    a.add_argument("--max-rounds", type=int, default=12)
+    a.add_argument("--max-rounds", type=int, default=20)
     a.add_argument("--checks", type=int, default=100)
     a.add_argument(
         "--baseline-rounds",
@@ -310,7 +347,11 @@ def main() -> int:
         default=20,
         help="rounds of the stored baseline (0: a live comparison, both arms grow)",
     )
-    a.add_argument("--min-effect", type=float, nargs="+", default=[0.005, 0.01, 0.02])
+    a.add_argument("--min-effect", type=float, nargs="+", default=[0.02])
+    a.add_argument("--mode", choices=["paired", "stored"], default="paired")
+    a.add_argument("--across", nargs="+", help="candidate pools from another lease (stored)")
+    a.add_argument("--suite", default="suites/default.yaml", help="margin, drift, alpha")
+    a.add_argument("--guard-only", action="store_true", help="skip the anchor rules")
     a.add_argument("--seed", type=int, default=0)
     a.add_argument(
         "--coverage",

@@ -7,9 +7,13 @@ formed like a PR check: baseline rounds and candidate rounds drawn from disjoint
 processes; the candidate uses the base arm (A/A) or a planted arm.
 
 Rules compared on the same samples:
-- ``guard``: this project's rule (``guard.stats``: bootstrap over rounds, Welch t,
-  Bonferroni across the suite's workloads, band of +-min_effect), with sequential
-  extension of inconclusive workloads from ``rounds`` up to ``max_rounds``.
+- ``guard``: this project's rule (``guard.stats.decide``: bootstrap over rounds, Yuen's
+  t, Bonferroni across the suite's workloads; regression above 1 + margin, unchanged
+  when a one-sided 95% bound rules out the minimum effect), with sequential extension
+  of inconclusive workloads from ``rounds`` up to ``max_rounds``. Paired checks (both
+  arms from one machine, both growing) use the calibrated margin; stored-baseline
+  checks (``make_checks_across``: baseline from one lease, candidate from another) add
+  the drift allowance to the margin and to the effect.
 - ``pytest-benchmark median:5%``: candidate median > 1.05 x baseline median
   (pytest-benchmark's ``--benchmark-compare-fail=median:5%``, samples pooled).
 - ``mann-whitney p<0.05``: Google Benchmark's compare.py U test on pooled samples,
@@ -54,24 +58,25 @@ def _per_round(rounds: Sequence[Round], idx: Sequence[int], workload: str, arm: 
 CONTROL = "control"  # torch SDPA on the same workload, in the same round (pools 3+)
 
 
-def rule_guard(min_effect: float, alpha: float = 0.01, step: int = 2) -> Callable:
-    """The guard's rule, sequential extension included."""
+def rule_guard(rule: stats.Rule, alpha: float = 0.01, step: int = 2) -> Callable:
+    """The guard's rule (``stats.decide``), sequential extension included; returns each
+    workload's ``stats.Verdict`` (a regression is flagged; see ``evaluate``)."""
 
-    def decide(rounds, check: Check, workloads: Sequence[str], arm: str, rng) -> dict[str, bool]:
+    def decide(rounds, check: Check, workloads: Sequence[str], arm: str, rng) -> dict:
         confidence = stats.family_confidence(alpha, len(workloads))
         out = {}
         for w in workloads:
             nb, nc = list(check.baseline), list(check.candidate)
             rb, rc = list(check.reserve_b), list(check.reserve_c)
             while True:
-                iv = stats.ratio_interval(
+                verdict, _ = stats.decide(
                     _per_round(rounds, nb, w, BASE),
                     _per_round(rounds, nc, w, arm),
+                    rule,
                     confidence=confidence,
                     rng=rng,
                     n_resamples=500,
                 )
-                verdict = stats.classify(iv, min_effect)
                 if verdict is not stats.Verdict.INCONCLUSIVE or not rc:
                     break
                 # Only the candidate grows when the baseline is stored (no reserve_b).
@@ -81,7 +86,7 @@ def rule_guard(min_effect: float, alpha: float = 0.01, step: int = 2) -> Callabl
                 if rb:
                     nb += rb[:take]
                     rb = rb[take:]
-            out[w] = verdict is stats.Verdict.REGRESSION
+            out[w] = verdict
         return out
 
     return decide
@@ -168,15 +173,48 @@ def make_checks(
     return checks
 
 
+def make_checks_across(
+    n_a: int,
+    n_b: int,
+    per_arm: int,
+    reserve: int,
+    n_checks: int,
+    rng: np.random.Generator,
+    baseline_rounds: int,
+) -> list[Check]:
+    """Checks across two machines: a stored baseline of ``baseline_rounds`` rounds from
+    pool A (indices ``0..n_a-1``), a candidate from pool B (``n_a..n_a+n_b-1``), as when
+    a baseline recorded on one lease judges a run on another."""
+    if n_a < baseline_rounds or n_b < per_arm + reserve:
+        raise ValueError("the pools are too small for these checks")
+    checks = []
+    for _ in range(n_checks):
+        a = rng.permutation(n_a)[:baseline_rounds]
+        b = n_a + rng.permutation(n_b)[: per_arm + reserve]
+        checks.append(
+            Check(
+                baseline=tuple(int(x) for x in a),
+                candidate=tuple(int(x) for x in b[:per_arm]),
+                reserve_c=tuple(int(x) for x in b[per_arm:]),
+            )
+        )
+    return checks
+
+
 @dataclass(frozen=True)
 class RuleRates:
     rule: str
     false_alarm: float  # fraction of A/A whole-suite checks that fail
     power: dict[str, dict[str, float]]  # arm -> workload -> detection rate
     n_checks: int
+    aa_inconclusive: float = float("nan")  # share of A/A workload decisions left open
 
     def min_power(self, arm: str) -> float:
         return min(self.power[arm].values()) if self.power.get(arm) else float("nan")
+
+
+def _flagged(decision: object) -> bool:
+    return decision is True or decision is stats.Verdict.REGRESSION
 
 
 def evaluate(
@@ -188,21 +226,28 @@ def evaluate(
     name: str,
     seed: int = 0,
 ) -> RuleRates:
+    """Rates of a rule over ``checks``. A rule returns per workload either a bool
+    (flagged) or a ``stats.Verdict`` (flagged when a regression; inconclusive counted)."""
     rng = np.random.default_rng(seed)
     false_alarms = 0
+    open_aa = decided_aa = 0
     detected = {arm: dict.fromkeys(workloads, 0) for arm in arms}
     for check in checks:
-        if any(rule(rounds, check, workloads, BASE, rng).values()):
+        aa = rule(rounds, check, workloads, BASE, rng)
+        if any(_flagged(v) for v in aa.values()):
             false_alarms += 1
+        open_aa += sum(1 for v in aa.values() if v is stats.Verdict.INCONCLUSIVE)
+        decided_aa += len(aa)
         for arm in arms:
-            for w, flagged in rule(rounds, check, workloads, arm, rng).items():
-                detected[arm][w] += int(flagged)
+            for w, decision in rule(rounds, check, workloads, arm, rng).items():
+                detected[arm][w] += int(_flagged(decision))
     n = len(checks)
     return RuleRates(
         rule=name,
         false_alarm=false_alarms / n,
         power={a: {w: detected[a][w] / n for w in workloads} for a in arms},
         n_checks=n,
+        aa_inconclusive=open_aa / decided_aa if decided_aa else float("nan"),
     )
 
 

@@ -245,6 +245,7 @@ def compare_case(
     confidence: float,
     rng: np.random.Generator,
     rule: Rule | None = None,
+    use_fingerprints: bool = True,
 ) -> CaseComparison:
     case = cand.case
     rule = rule or case_rule(case, TimingPlan(), paired=False)
@@ -273,7 +274,7 @@ def compare_case(
             **common, status=Status.NOT_COMPARABLE, reason="parameters differ from the baseline's"
         )
     medians = {"baseline_median": _median(base.rounds), "candidate_median": _median(cand.rounds)}
-    if identical(base, cand):
+    if use_fingerprints and identical(base, cand):
         return CaseComparison(
             **common,
             **medians,
@@ -331,6 +332,7 @@ def compare_runs(
     seed: int = 0,
     plan: TimingPlan | None = None,
     paired: bool = False,
+    use_fingerprints: bool = True,
 ) -> Comparison:
     """Decide every candidate case against the baseline (``paired``: both measured
     here, interleaved; otherwise a stored baseline, with ``plan.drift`` allowed)."""
@@ -344,11 +346,18 @@ def compare_runs(
         and c.status == OK
         and (b := baseline.case(c.id)) is not None
         and b.status == OK
-        and not identical(b, c)
+        and not (use_fingerprints and identical(b, c))
     ]
     confidence = stats.family_confidence(alpha, len(gated))
     cases = tuple(
-        compare_case(baseline.case(c.id), c, confidence, rng, case_rule(c.case, plan, paired))
+        compare_case(
+            baseline.case(c.id),
+            c,
+            confidence,
+            rng,
+            case_rule(c.case, plan, paired),
+            use_fingerprints,
+        )
         for c in candidate.cases
     )
     notes = []

@@ -221,9 +221,15 @@ def _sequential(
     rounds, max_rounds = _plan_rounds(session, opts)
 
     def decide() -> Comparison:
-        return compare_runs(*baseline_of(), alpha=plan.alpha, plan=plan, paired=paired)
+        return compare_runs(
+            *baseline_of(),
+            alpha=plan.alpha,
+            plan=plan,
+            paired=paired,
+            use_fingerprints=not time_identical,
+        )
 
-    skip = set() if time_identical else set(decide().identical_ids)
+    skip = set(decide().identical_ids)
     to_time = [c.id for c in session.suite.cases if c.id not in skip]
     if to_time:
         session.time(rounds, to_time)
