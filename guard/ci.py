@@ -38,15 +38,16 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from guard import comment, core, policy, render, results, text
+from guard import comment, core, policy, render, results, runner, text
 from guard.compare import Comparison, compare_runs
 from guard.errors import BadInput, ExitCode, GuardError
-from guard.outcome import CheckVerdict, Outcome
+from guard.outcome import CaseProfile, CheckVerdict, Outcome
 from guard.runner import Arm
 from guard.suite import Suite, load_suite
 
@@ -208,8 +209,35 @@ def _stored_context(comparison: Comparison, baselines: str, device: str) -> list
     return [f"stored baseline ({date}), context only: slower beyond the drift allowance: {ids}"]
 
 
-def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str]]:
-    """The paired comparison, and the PR's policy changes."""
+PROFILE_BUDGET_S = 60.0  # Nsight Compute, all regressed cases together
+
+
+def _profiles(comparison: Comparison, base_tree: Path, head_tree: Path) -> list[CaseProfile]:
+    """Nsight Compute of each regressed gated case, base beside head, within the budget
+    (skipped, and said so, without ncu, counters or time)."""
+    from guard import profile
+
+    regressed = [c for c in comparison.cases if c.fails and c.interval is not None]
+    out, spent = [], 0.0
+    for c in regressed[:3]:
+        if c.candidate is None or comparison.candidate.environment.device != "cuda":
+            continue
+        budget = PROFILE_BUDGET_S - spent
+        started = time.monotonic()
+        if budget < 10:
+            rows = [("profile skipped", "the 60 s profiling budget is spent", "", "")]
+        else:
+            pc = profile.profile_case(c.candidate.case, base_tree, head_tree, budget_s=budget)
+            rows = [(r[0], r[1], r[2], r[3]) for r in profile.profile_rows(pc)]
+        spent += time.monotonic() - started
+        out.append(CaseProfile(c.case_id, tuple(rows)))
+    return out
+
+
+def measure(
+    args: argparse.Namespace, base: str
+) -> tuple[Comparison, list[str], list[CaseProfile]]:
+    """The paired comparison, the PR's policy changes, and profiles of regressions."""
     opts = core.MeasureOptions(device=args.device, time_identical=args.time_identical)
     tested = os.environ.get("TESTED_SHA", "")[:12] or "candidate"
     if args.candidate_tree:
@@ -227,7 +255,8 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str]]
             opts=opts,
             progress=_progress,
         )
-        return comparison, changes
+        judge_root = Path(runner.local_kernels_root())
+        return comparison, changes, _profiles(comparison, judge_root, candidate)
     suite = _suite_at(base, args.suite)
     changes = policy_changes(suite, Path(args.suite))
     if args.kernels:
@@ -240,7 +269,8 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str]]
             opts=opts,
             progress=_progress,
         )
-    return comparison, changes
+        profiles = _profiles(comparison, tree, Path(runner.local_kernels_root()))
+    return comparison, changes, profiles
 
 
 def _progress(event: object) -> None:
@@ -282,7 +312,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> Outcome:
             if args.candidate_tree
             else []
         )
-        comparison, changes = measure(args, base)
+        comparison, changes, profiles = measure(args, base)
     except GuardError as exc:
         verdict = (
             CheckVerdict.INFRASTRUCTURE
@@ -297,7 +327,10 @@ def run(args: argparse.Namespace, out_dir: Path) -> Outcome:
         return Outcome(CheckVerdict.INFRASTRUCTURE, message, **context)  # type: ignore[arg-type]
     notes = _stored_context(comparison, args.baselines, args.device)
     outcome = comparison.outcome(
-        policy_changes=tuple(changes), baseline_changes=tuple(baseline_changes), **context
+        policy_changes=tuple(changes),
+        baseline_changes=tuple(baseline_changes),
+        profiles=tuple(profiles),
+        **context,
     )
     outcome = replace(outcome, notes=(*outcome.notes, *notes))
     try:

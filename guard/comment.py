@@ -69,6 +69,16 @@ def _gpu_section(outcome: Outcome) -> list[str]:
         out += [md_table(["case", "verdict", "ratio [CI]", "why"], rows), ""]
         if len(moved) > MAX_ROWS:
             out += [f"... and {len(moved) - MAX_ROWS} more (see the run)", ""]
+    changed = [(c.case_id, n) for c in outcome.cases for n in c.notes]
+    if changed:
+        out += [
+            "<details><summary>Compiler resources that changed (notes, not verdicts)</summary>",
+            "",
+            *[f"- {md_code(cid)}: {md_text(n)}" for cid, n in changed[:40]],
+            "",
+            "</details>",
+            "",
+        ]
     identical = sum(1 for c in outcome.cases if c.verdict.value == "identical")
     if identical:
         out += [f"{identical} case(s) unchanged: identical kernel in base and head, not timed.", ""]
@@ -88,6 +98,16 @@ def _gpu_section(outcome: Outcome) -> list[str]:
             "</summary>",
             "",
             *[f"- {md_code(path)}" for path in outcome.baseline_changes],
+            "",
+            "</details>",
+            "",
+        ]
+    for prof in outcome.profiles:
+        out += [
+            f"<details><summary>Nsight Compute: {md_text(prof.case_id)}, base beside head"
+            "</summary>",
+            "",
+            md_table(["metric", "base", "head", "change"], [list(r) for r in prof.rows]),
             "",
             "</details>",
             "",

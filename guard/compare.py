@@ -62,6 +62,9 @@ class CaseComparison:
     candidate_median: float | None = None
     host_ratio: float | None = None
     reason: str = ""
+    # Compiler resources that differ from the baseline's (guard.resources), reported
+    # beside the timing verdict as notes, never as a failure by themselves.
+    resource_changes: tuple[str, ...] = ()
     candidate: CaseResult | None = field(default=None, repr=False, compare=False)
     baseline: CaseResult | None = field(default=None, repr=False, compare=False)
 
@@ -103,6 +106,7 @@ class CaseComparison:
             baseline_s=self.baseline_median,
             candidate_s=self.candidate_median,
             reason=self.reason,
+            notes=self.resource_changes,
         )
 
 

@@ -21,7 +21,7 @@ from guard import results
 from guard.compare import Comparison, compare_runs, replace_cases
 from guard.errors import BadInput, ExitCode, GuardError, InfraError, shown
 from guard.results import RunResult
-from guard.runner import Arm, ProgressFn, Session, _noop, sigterm_unwinds
+from guard.runner import Arm, ProgressFn, Session, _noop, local_kernels_root, sigterm_unwinds
 from guard.suite import Suite, load_suite
 
 DEFAULT_SUITE = Path("suites/default.yaml")
@@ -350,7 +350,48 @@ def compare_arms(
         res = session.results()
         return res["baseline"], res["candidate"]
 
-    return _sequential(session, pair, opts, paired=True, time_identical=opts.time_identical)
+    comparison = _sequential(session, pair, opts, paired=True, time_identical=opts.time_identical)
+    roots = [a.kernels_root or local_kernels_root() for a in arms]
+    return with_resource_changes(comparison, suite, roots[0], roots[1], progress)
+
+
+RESOURCE_ARCHES = ("sm_90",)  # compiled on the CPU for the notes of a paired comparison
+
+
+def with_resource_changes(
+    comparison: Comparison,
+    suite: Suite,
+    base_root: str,
+    head_root: str,
+    progress: ProgressFn = _noop,
+    arches: Sequence[str] = RESOURCE_ARCHES,
+) -> Comparison:
+    """The comparison with each case's compiler-resource changes (registers, spills,
+    shared memory, config) between the two trees, compiled without a GPU. A change is
+    a note beside the verdict, never a failure; when it cannot be computed (no suite
+    file, a compile failure), a note says so and the verdict stands."""
+    from guard import resources
+
+    if not suite.source or not Path(suite.source).is_file():
+        return comparison
+    names = sorted({c.name for c in suite.cases})
+    kernels_ = sorted({c.kernel for c in suite.cases})
+    try:
+        base = resources.collect_in_tree(
+            base_root, suite.source, arches, 300, kernels=kernels_, case_names=names
+        )
+        head = resources.collect_in_tree(
+            head_root, suite.source, arches, 300, kernels=kernels_, case_names=names
+        )
+    except GuardError as exc:
+        note = f"compiler resources not compared: {shown(str(exc))}"
+        return replace(comparison, notes=(*comparison.notes, note))
+    changes = resources.diff_cases(base.cases, head.cases)
+    cases = tuple(
+        replace(c, resource_changes=tuple(str(x) for x in changes.get(c.case_id, ())))
+        for c in comparison.cases
+    )
+    return replace(comparison, cases=cases)
 
 
 def compare_files(

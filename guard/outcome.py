@@ -157,6 +157,32 @@ class CaseOutcome:
 
 
 @dataclass(frozen=True)
+class CaseProfile:
+    """Nsight Compute, base beside head, for one regressed case (``guard.profile``):
+    rows of (metric, base, head, change) as plain text, escaped where rendered."""
+
+    case_id: str
+    rows: tuple[tuple[str, str, str, str], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.case_id, "rows": [list(r) for r in self.rows]}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> CaseProfile:
+        rec = _mapping(data, where)
+        rows = rec.get("rows", [])
+        if not isinstance(rows, list) or len(rows) > 64:
+            raise OutcomeFileError(f"{where}.rows: not a list of at most 64 rows")
+        parsed = []
+        for i, row in enumerate(rows):
+            if not isinstance(row, list) or len(row) != 4:
+                raise OutcomeFileError(f"{where}.rows[{i}]: not 4 strings")
+            cells = _texts({"row": row}, "row", f"{where}.rows[{i}]")
+            parsed.append((cells[0], cells[1], cells[2], cells[3]))
+        return cls(_text(rec, "id", where), tuple(parsed))
+
+
+@dataclass(frozen=True)
 class Outcome:
     """The whole check: verdict (and so exit code), headline, every case, and context."""
 
@@ -172,6 +198,7 @@ class Outcome:
     head_sha: str = ""  # the PR's head (the comment workflow matches on it)
     pr_number: int | None = None
     run_url: str = ""
+    profiles: tuple[CaseProfile, ...] = ()  # ncu, base beside head, per regressed case
     details: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -200,6 +227,7 @@ class Outcome:
             "head_sha": self.head_sha,
             "pr_number": self.pr_number,
             "run_url": self.run_url,
+            "profiles": [p.to_json() for p in self.profiles],
         }
 
     @classmethod
@@ -238,6 +266,10 @@ class Outcome:
             head_sha=_text(rec, "head_sha", where, default=""),
             pr_number=pr,
             run_url=_text(rec, "run_url", where, default=""),
+            profiles=tuple(
+                CaseProfile.from_json(p, f"{where}.profiles[{i}]")
+                for i, p in enumerate(_list(rec, "profiles", where, 8))
+            ),
         )
 
 
@@ -268,6 +300,13 @@ def _texts(rec: Mapping[str, Any], key: str, where: str) -> list[str]:
     if not isinstance(values, list) or len(values) > MAX_CASES:
         raise OutcomeFileError(f"{where}.{key}: not a list of at most {MAX_CASES} strings")
     return [_text({key: v}, key, f"{where}[{i}]") for i, v in enumerate(values)]
+
+
+def _list(rec: Mapping[str, Any], key: str, where: str, most: int) -> list[Any]:
+    values = rec.get(key, [])
+    if not isinstance(values, list) or len(values) > most:
+        raise OutcomeFileError(f"{where}.{key}: not a list of at most {most}")
+    return values
 
 
 def _bool(rec: Mapping[str, Any], key: str, where: str) -> bool:

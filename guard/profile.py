@@ -59,8 +59,8 @@ from pathlib import Path
 
 from guard.errors import cut
 from guard.profile_target import ERROR_PREFIX, NVTX_RANGE
-from guard.render import md_code, md_table, md_text
 from guard.suite import Case
+from guard.text import md_code, md_table, md_text
 
 GUARD_ROOT = Path(__file__).resolve().parent.parent
 MAX_KERNELS = 10  # profiled launches per call at most (--launch-count): ~14 replay passes each

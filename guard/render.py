@@ -118,6 +118,11 @@ def comparison_markdown(
         out += [md_table(COMPARISON_HEADER, [row_of[c.case_id] for c in moved]), ""]
     else:
         out += ["No case moved beyond its threshold.", ""]
+    resource_notes = [(c.case_id, x) for c in comparison.cases for x in c.resource_changes]
+    if resource_notes:
+        out.append("Compiler resources that changed (a note, not a verdict):")
+        out += [f"- {md_code(cid)}: {md_text(x)}" for cid, x in resource_notes[:40]]
+        out.append("")
     problems = [
         c for c in comparison.cases if c.reason and c.status in (Status.WRONG, Status.ERROR)
     ]

@@ -51,7 +51,7 @@ def test_extreme_samples_give_json_without_inf_or_nan(tmp_path, capsys):
     """Once: "Out of range float values are not JSON compliant" (a traceback)."""
     fast = _pb_file(tmp_path / "fast.json", [1e-12, 2e-12, 1e-12])
     slow = _pb_file(tmp_path / "slow.json", [1e5, 9e4, 1e5])
-    assert main(["compare", str(fast), str(slow), "--json"]) == 0
+    assert main(["compare", str(fast), str(slow), "--json"]) == 2  # one round each: no verdict
     out = json.loads(capsys.readouterr().out, parse_constant=pytest.fail)
     assert out["cases"][0]["ratio"] == pytest.approx(1e17)
     # Two rounds a side whose interval would overflow: capped, finite, inconclusive.
@@ -89,7 +89,7 @@ def test_files_at_the_limits_compare_and_report(tmp_path, capsys):
     one = [1e-4 * (1 + 0.001 * (i % 13)) for i in range(limits.MAX_SAMPLES_PER_ROUND)]
     pa = _pb_file(tmp_path / "pa.json", one)
     pb = _pb_file(tmp_path / "pb.json", [x * 1.5 for x in one])
-    assert main(["compare", str(pa), str(pb), "--json"]) == 0
+    assert main(["compare", str(pa), str(pb), "--json"]) == 2  # one round each: no verdict
     [case] = json.loads(capsys.readouterr().out)["cases"]
     assert case["status"] == "too-few-rounds" and case["ratio"] == pytest.approx(1.5)
 

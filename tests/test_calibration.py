@@ -12,15 +12,19 @@ import numpy as np
 import pytest
 
 from benchmarks import calibration_study as cal
+from guard.stats import Rule
 from guard.suite import load_suite
 
 DATA = Path(__file__).resolve().parent.parent / "docs" / "data"
 POOLS = {
     "h100": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T015138.json.gz",
+    "h100-lease2": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T060519.json.gz",
     "h200": DATA / "calibration-nvidia-h200-20261126T013617.json.gz",
 }
-# Published lower bounds (docs/CALIBRATION.md), less slack for the smaller re-run.
-MIN_POWER_PLUS2 = {"h100": 0.80, "h200": 0.20}
+# Published lower bounds (docs/CALIBRATION.md), less slack for the smaller re-run; the
+# +2% goal is for S >= 512 (the 128-token shape is launch-bound: 1-1.8% noise).
+MIN_POWER_PLUS2_LONG = {"h100": 0.85, "h200": 0.80}  # published: 0.97 and 0.89 at worst
+SHORT = "b1-h8-s128-d64-full"
 
 
 def _pool(name: str):
@@ -29,34 +33,37 @@ def _pool(name: str):
     return [r["samples"] for r in doc["rounds"]], list(doc["plan"]["workloads"])
 
 
-@pytest.mark.parametrize("gpu", sorted(POOLS))
-def test_published_rates_hold(gpu):
-    suite = load_suite("suites/default.yaml")
+@pytest.mark.parametrize("gpu", ["h100", "h200"])
+def test_paired_rates_hold(gpu):
+    """The PR check: both trees on one machine, 6 rounds each growing to 20."""
+    plan = load_suite("suites/default.yaml").timing
     rounds, workloads = _pool(gpu)
-    plan = suite.timing
-    band = suite.cases[0].threshold.min_effect
-    # A PR check against a stored baseline: refresh records max_rounds rounds; the
-    # candidate starts at `rounds` and grows for inconclusive workloads.
-    checks = cal.make_checks(
-        len(rounds),
-        plan.rounds,
-        plan.max_rounds - plan.rounds,
-        25,
-        np.random.default_rng(7),
-        baseline_rounds=plan.max_rounds,
-    )
+    rule = Rule(min_effect=0.02, margin=plan.margin)
+    checks = cal.make_checks(len(rounds), plan.rounds, 14, 25, np.random.default_rng(7))
     rates = cal.evaluate(
-        rounds,
-        workloads,
-        ["plus2", "plus5"],
-        cal.rule_guard(band, plan.alpha),
-        checks,
-        "guard",
-        seed=7,
+        rounds, workloads, ["plus2", "plus5"], cal.rule_guard(rule, plan.alpha), checks, "g", 7
     )
     assert rates.false_alarm == 0.0
+    assert rates.aa_inconclusive <= 0.05  # at most 1 gated case in 20 left open
     assert rates.min_power("plus5") >= 0.96
-    assert rates.min_power("plus2") >= MIN_POWER_PLUS2[gpu]
+    long = {w: p for w, p in rates.power["plus2"].items() if w != SHORT}
+    assert min(long.values()) >= MIN_POWER_PLUS2_LONG[gpu]
+
+
+def test_a_stored_baseline_from_another_lease_never_fails_an_unchanged_tree():
+    """Baseline from one H100 lease, candidate from another: the drift allowance."""
+    plan = load_suite("suites/default.yaml").timing
+    base, workloads = _pool("h100")
+    other, _ = _pool("h100-lease2")
+    rule = Rule(min_effect=0.02 + plan.drift, margin=plan.drift)
+    checks = cal.make_checks_across(
+        len(base), len(other), plan.rounds, 14, 25, np.random.default_rng(3), 20
+    )
+    rates = cal.evaluate(
+        base + other, workloads, ["plus10"], cal.rule_guard(rule, plan.alpha), checks, "s", 3
+    )
+    assert rates.false_alarm == 0.0
+    assert rates.min_power("plus10") >= 0.9  # beyond the drift, still caught
 
 
 def test_anchor_rules_are_as_published():
