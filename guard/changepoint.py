@@ -23,8 +23,17 @@ a property of the machine, alike on both sides of a step) gives the power to see
 step three commits back; medians (not means) measure the effect, so a single 3x
 outlier commit is no step.
 
-Why not a library: see docs/notes/changepoints.md (ruptures and Apache Otava
-compared with this on synthetic histories like ours, planted 2% and 5% steps).
+Why not a library (docs/notes/changepoints.md, ``benchmarks/changepoint_study.py``):
+on synthetic histories like ours (30 and 100 runs, 0.5% and 1.5% noise, planted 2%
+and 5% steps), at the same false-alarm rate on flat histories, ``ruptures`` Pelt or
+Binseg (l2 cost; the penalty scaled by a noise estimate from the history, as CI would
+have to) found fewer steps: 313 vs 342 of 800 two-percent steps, 775 vs 794 of 800
+five-percent steps, the loss in short noisy histories; it matches this only when told
+the true noise. Apache Otava's default analysis found about as many or fewer, and its
+wheel pins ``numpy==2.2.0.*`` and pulls BigQuery, Slack and Postgres clients. The
+cost of this method: after a real step, each half is tested again at ``alpha``, so a
+stepped history shows more false extra steps than a flat one (43 vs ruptures' 21 in
+1600 stepped histories).
 """
 
 from __future__ import annotations
