@@ -147,7 +147,7 @@ def register(sub: Any) -> None:
         "history",
         help="show a case's median over past runs, with step changes flagged",
         description="One case's history on one GPU, oldest first. Steps are found by "
-        "binary segmentation with t-tests on the log medians (see guard/history.py).",
+        "binary segmentation with t-tests on the log medians (see guard/changepoint.py).",
     )
     h.add_argument("case_id", metavar="CASE_ID", help="e.g. triton_flash/b1-h8-s512-d64-full")
     h.add_argument(
