@@ -58,9 +58,10 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy import stats as sps
 
 from guard import results, stats
@@ -194,7 +195,7 @@ class Trend:
 # ----------------------------------------------------------------- change points
 
 
-def _best_split(logs: np.ndarray, min_size: int) -> tuple[int, float, int]:
+def _best_split(logs: NDArray[np.float64], min_size: int) -> tuple[int, float, int]:
     """(split, two-sided p-value, splits scanned) of the split with the largest |t|.
 
     Student's two-sample t with pooled variance, for every split at once from
@@ -574,7 +575,46 @@ def trends(
     return out
 
 
-def trend_json(t: Trend) -> dict[str, Any]:
+class PointJson(TypedDict):
+    """A ``HistoryPoint`` in ``trend_json``; times in seconds per call."""
+
+    run_id: int
+    created: str
+    commit: str
+    commit_dirty: bool
+    branch: str
+    suite_hash: str
+    status: str
+    median_s: float | None
+    round_medians_s: list[float]
+    host_median_s: float | None
+    min_effect: float
+    kernel_hash: str
+
+
+class StepJson(TypedDict):
+    """A ``Step`` in ``trend_json``, with the commit of its first point."""
+
+    index: int
+    commit: str
+    before_s: float
+    after_s: float
+    ratio: float
+    p_value: float
+
+
+class TrendJson(TypedDict):
+    """``guard history --json`` and each entry of ``guard report --json``'s history."""
+
+    case_id: str
+    gpu_slug: str
+    gpu_slugs: list[str]
+    skipped: list[str]
+    points: list[PointJson]
+    steps: list[StepJson]
+
+
+def trend_json(t: Trend) -> TrendJson:
     return {
         "case_id": t.case_id,
         "gpu_slug": t.gpu_slug,
