@@ -28,14 +28,9 @@ def append_history(args: argparse.Namespace, run: results.RunResult) -> None:
     print(f"[guard] history: appended {what} to {db}", file=sys.stderr)
 
 
-def _cli() -> Any:
+def cmd_report(args: argparse.Namespace) -> int:
     from guard import cli  # late: guard.cli imports this module
 
-    return cli
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    cli = _cli()
     run = core.load_results(args.results)
     comparison = None
     if args.baseline:
@@ -77,7 +72,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    cli = _cli()
+    from guard import cli  # late: guard.cli imports this module
+
     trend = history.trend(
         args.db,
         args.case_id,
@@ -114,9 +110,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: Any) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``report`` and ``history`` to the ``guard`` subcommands."""
-    cli = _cli()
+    from guard import cli  # late: guard.cli imports this module
+
     p = sub.add_parser(
         "report",
         help="write the HTML report (and Markdown) for a results file",
@@ -138,7 +135,7 @@ def register(sub: Any) -> None:
         metavar="N",
         help="last N runs (default 60)",
     )
-    p.add_argument("--alpha", type=_cli()._alpha, default=0.01, help="family false-alarm rate")
+    p.add_argument("--alpha", type=cli._alpha, default=0.01, help="family false-alarm rate")
     p.add_argument("--report-url", default="", help="link the Markdown to the HTML report")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=cmd_report)

@@ -11,8 +11,9 @@ import re
 import shutil
 import socket
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from guard.results import Environment
 
@@ -60,7 +61,32 @@ def _num(text: str | None) -> float | None:
         return None
 
 
-def gpu_state() -> dict[str, Any]:
+class GpuState(TypedDict, total=False):
+    """``gpu_state()``: what a worker reports at its start and end (JSON); empty
+    without nvidia-smi, a reading that nvidia-smi left out is None."""
+
+    sm_clock_mhz: float | None
+    mem_clock_mhz: float | None
+    temperature_c: float | None
+    power_w: float | None
+    throttle_reasons: str  # hex, e.g. "0x4"
+    throttle_names: list[str]  # the THROTTLE_BITS set
+
+
+class _MachineFields(TypedDict):
+    """The ``Environment`` fields that ``collect`` fills in the same way on every device."""
+
+    torch: str
+    triton: str
+    python: str
+    host: str
+    commit: str
+    commit_dirty: bool
+    branch: str
+    cpu_fallback_reason: str
+
+
+def gpu_state() -> GpuState:
     """Clocks, temperature, power and throttle reasons now (empty without nvidia-smi)."""
     fields = "clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_event_reasons.active"
     row = _smi(fields)
@@ -80,7 +106,8 @@ def gpu_state() -> dict[str, Any]:
     }
 
 
-def is_throttled(state: dict[str, Any]) -> bool:
+def is_throttled(state: Mapping[str, Any]) -> bool:
+    # ``state`` is a GpuState as read back from a worker's JSON: checked, not trusted.
     try:
         return bool(int(state.get("throttle_reasons", "0x0"), 16) & SEVERE_THROTTLE)
     except (TypeError, ValueError):
@@ -136,11 +163,11 @@ def collect(device: str, cpu_fallback_reason: str = "", root: str | Path = ".") 
     try:
         import triton
 
-        triton_version = triton.__version__
+        triton_version: str = triton.__version__
     except ImportError:
         triton_version = ""
     commit, dirty, branch = git_info(root)
-    common = {
+    common: _MachineFields = {
         "torch": torch.__version__,
         "triton": triton_version,
         "python": platform.python_version(),

@@ -36,7 +36,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -459,7 +459,46 @@ def trends(
     return out
 
 
-def trend_json(t: Trend) -> dict[str, Any]:
+class PointJson(TypedDict):
+    """A ``HistoryPoint`` in ``trend_json``; times in seconds per call."""
+
+    run_id: int
+    created: str
+    commit: str
+    commit_dirty: bool
+    branch: str
+    suite_hash: str
+    status: str
+    median_s: float | None
+    round_medians_s: list[float]
+    host_median_s: float | None
+    min_effect: float
+    kernel_hash: str
+
+
+class StepJson(TypedDict):
+    """A ``Step`` in ``trend_json``, with the commit of its first point."""
+
+    index: int
+    commit: str
+    before_s: float
+    after_s: float
+    ratio: float
+    p_value: float
+
+
+class TrendJson(TypedDict):
+    """``guard history --json`` and each entry of ``guard report --json``'s history."""
+
+    case_id: str
+    gpu_slug: str
+    gpu_slugs: list[str]
+    skipped: list[str]
+    points: list[PointJson]
+    steps: list[StepJson]
+
+
+def trend_json(t: Trend) -> TrendJson:
     return {
         "case_id": t.case_id,
         "gpu_slug": t.gpu_slug,

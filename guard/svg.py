@@ -8,7 +8,7 @@ data is XML-escaped here; callers may insert the result as markup.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from html import escape
 
 import numpy as np
@@ -120,7 +120,12 @@ def _padded(lo: float, hi: float, frac: float = 0.05) -> tuple[float, float]:
 
 
 def _x_axis(
-    x: _Scale, y: float, ticks: Sequence[float], fmt, label: str, grid_top: float
+    x: _Scale,
+    y: float,
+    ticks: Sequence[float],
+    fmt: Callable[[float], str],
+    label: str,
+    grid_top: float,
 ) -> list[str]:
     out = [f'<line x1="{_n(x.a)}" y1="{_n(y)}" x2="{_n(x.b)}" y2="{_n(y)}" stroke="#444"/>']
     for t in ticks:
@@ -177,11 +182,11 @@ def distribution_svg(
     Big arms are thinned (``_thinned``) and the plot says so under its axis.
     Returns "" when no arm holds samples.
     """
-    arms = [(name, [list(r) for r in rounds if len(r)]) for name, rounds in arms]
-    arms = [(name, rounds) for name, rounds in arms if rounds]
-    if not arms:
+    drawn = [(name, [list(r) for r in rounds if len(r)]) for name, rounds in arms]
+    drawn = [(name, rounds) for name, rounds in drawn if rounds]
+    if not drawn:
         return ""
-    values = np.concatenate([np.asarray(r, dtype=float) for _, rs in arms for r in rs])
+    values = np.concatenate([np.asarray(r, dtype=float) for _, rs in drawn for r in rs])
     scale, unit = time_unit(float(np.median(values)))
     left, right = 118.0, 16.0
     vmin, vmax = float(values.min()) * scale, float(values.max()) * scale
@@ -196,7 +201,7 @@ def distribution_svg(
     y = 8.0
     grid_top = y
     cut_notes = []
-    for name, rounds in arms:
+    for name, rounds in drawn:
         color = ARM_COLORS.get(name, "#1e88e5")
         arr = np.concatenate([np.asarray(r, dtype=float) for r in rounds]) * scale
         q1, med, q3 = (float(v) for v in np.percentile(arr, [25, 50, 75]))
@@ -253,7 +258,7 @@ def distribution_svg(
             f"{escape('; '.join(cut_notes))}</text>"
         )
         height += 16
-    label = "per-call times: " + ", ".join(f"{name} ({len(rs)} rounds)" for name, rs in arms)
+    label = "per-call times: " + ", ".join(f"{name} ({len(rs)} rounds)" for name, rs in drawn)
     return _svg(width, height, body, label)
 
 

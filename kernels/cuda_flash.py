@@ -34,7 +34,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType
+from typing import Protocol
 
 import torch
 
@@ -50,6 +50,14 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MIN_CAPABILITY = (8, 0)  # mma.sync with bf16 and cp.async need sm_80
 
 _BUILD_LOG_TAIL_CHARS = 6000
+
+
+class CudaFlashExtension(Protocol):
+    """The built extension module: the entry point of ``csrc/binding.cpp``."""
+
+    def flash_fwd(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+    ) -> torch.Tensor: ...
 
 
 class CudaBuildError(RuntimeError):
@@ -163,7 +171,7 @@ def _sources_in(build_dir: Path) -> list[Path]:
 
 
 @functools.cache
-def load_extension(capability: tuple[int, int]) -> ModuleType:
+def load_extension(capability: tuple[int, int]) -> CudaFlashExtension:
     """Build (or reuse) and import the extension for one compute capability."""
     from torch.utils import cpp_extension
 
@@ -171,7 +179,7 @@ def load_extension(capability: tuple[int, int]) -> ModuleType:
     build_dir = build_directory(capability)
     build_dir.mkdir(parents=True, exist_ok=True)
     try:
-        return cpp_extension.load(
+        module: CudaFlashExtension = cpp_extension.load(
             name=f"attn_guard_cuda_flash_{source_hash(flags)}",
             sources=[str(path) for path in _sources_in(build_dir)],
             extra_cuda_cflags=[*NVCC_FLAGS, *flags],
@@ -187,6 +195,7 @@ def load_extension(capability: tuple[int, int]) -> ModuleType:
             f"building the CUDA flash-attention extension for {_arch_tag(capability)} "
             f"in {build_dir} failed:\n{tail}"
         ) from exc
+    return module
 
 
 def compile_kernel_object(

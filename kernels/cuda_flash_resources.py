@@ -27,6 +27,7 @@ from typing import Any
 from kernels import cuda_flash
 from kernels.ptxas import (
     PtxasEntry,
+    ResourceRecord,
     ResourcesUnavailable,
     cached_text,
     parse_arch,
@@ -95,7 +96,7 @@ def ptxas_text(arch: str, *, nvcc: str | None = None) -> str:
 
 def records_from_report(
     text: str, arch: str, params: Mapping[str, Any], source: str, toolchain: str = ""
-) -> list[dict[str, Any]]:
+) -> list[ResourceRecord]:
     """The record of the instantiation ``params``'s workload launches, from a report."""
     batch, heads, seq_q, head_dim = (int(n) for n in params["shape"])
     dtype = str(params.get("dtype", "float16"))
@@ -137,7 +138,7 @@ def records_from_report(
     ]
 
 
-def resources(params: Mapping[str, Any], arch: str) -> list[dict[str, Any]]:
+def resources(params: Mapping[str, Any], arch: str) -> list[ResourceRecord]:
     """Resource records of the instantiation one call on ``params``'s workload runs.
 
     ``params``: a suite case's ``params()``. Compiles (once per source and arch) with

@@ -51,6 +51,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 import triton
@@ -65,6 +67,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+if TYPE_CHECKING:
+    from kernels.triton_flash_fwd import Scalars
+
 _ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma per matmul
 ROWS = gl.constexpr(_ROWS)
 SUPPORTED_HEAD_DIMS = (64, 128)
@@ -77,7 +82,7 @@ VARIANTS = ("ws", "ws-pingpong", "simple")
 
 
 @gluon.jit
-def _mask(qk, start_n, row0, seq_k, CAUSAL: gl.constexpr):
+def _mask(qk, start_n, row0, seq_k, CAUSAL: gl.constexpr):  # type: ignore[no-untyped-def]
     # Keys past seq_k (zero-filled by TMA) and, when causal, keys after the row's own
     # position (top-left: key j is visible to query i when j <= i) become -inf.
     layout: gl.constexpr = qk.type.layout
@@ -90,7 +95,7 @@ def _mask(qk, start_n, row0, seq_k, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def _softmax(qk, m_i, l_i, qk_scale, MASKED: gl.constexpr):
+def _softmax(qk, m_i, l_i, qk_scale, MASKED: gl.constexpr):  # type: ignore[no-untyped-def]
     # scale > 0 (the launcher checks), so max(qk) * scale == max(qk * scale): one FMA
     # per score (qk * scale - m) before the exponential.
     m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
@@ -108,7 +113,7 @@ def _softmax(qk, m_i, l_i, qk_scale, MASKED: gl.constexpr):
 
 
 @gluon.jit
-def _store_out(acc, l_i, o_smem, o_desc, b, h, row0, o_layout: gl.constexpr):
+def _store_out(acc, l_i, o_smem, o_desc, b, h, row0, o_layout: gl.constexpr):  # type: ignore[no-untyped-def]
     # l == 0 only for a row that saw no key (not possible with seq_k >= 1): guard.
     l_i = gl.where(l_i == 0.0, 1.0, l_i)
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
@@ -120,7 +125,7 @@ def _store_out(acc, l_i, o_smem, o_desc, b, h, row0, o_layout: gl.constexpr):
 
 
 @gluon.jit
-def _kv_range(m0, seq_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+def _kv_range(m0, seq_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):  # type: ignore[no-untyped-def]
     # Number of key tiles this CTA visits (>= 1 since seq_k >= 1).
     if CAUSAL:
         kv_end = gl.minimum(m0 + BLOCK_M, seq_k)
@@ -130,7 +135,7 @@ def _kv_range(m0, seq_k, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: g
 
 
 @gluon.jit
-def _n_full(row0, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+def _n_full(row0, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):  # type: ignore[no-untyped-def]
     # Tiles [0, n_full) need no mask for rows >= row0: whole, and (causal) entirely at
     # or before the first row.
     if CAUSAL:
@@ -145,7 +150,7 @@ def _n_full(row0, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0, n_tiles,
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0, n_tiles,  # type: ignore[no-untyped-def]
               STAGES: gl.constexpr):  # fmt: skip
     q_bar, k_ready, v_ready, k_empty, v_empty, _ = bars
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
@@ -170,7 +175,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n_tiles,
+def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n_tiles,  # type: ignore[no-untyped-def]
               WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
               PINGPONG: gl.constexpr):  # fmt: skip
     q_bar, k_ready, v_ready, k_empty, v_empty, sched = bars
@@ -247,7 +252,7 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n
 
 
 @gluon.jit
-def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,
+def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # type: ignore[no-untyped-def]
                  CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
                  CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):  # fmt: skip
     BLOCK_M: gl.constexpr = 2 * ROWS
@@ -307,7 +312,7 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,
 
 
 @gluon.jit
-def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,
+def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # type: ignore[no-untyped-def]
                      CAUSAL: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
@@ -388,7 +393,7 @@ def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,
 # ----------------------------------------------------------------------------------------
 
 
-def config(head_dim: int, causal: bool, variant: str = "ws", **overrides) -> dict:
+def config(head_dim: int, causal: bool, variant: str = "ws", **overrides: int) -> dict[str, int]:
     """Tile and pipeline choice per head_dim (BLOCK_N, STAGES, registers).
 
     Shared memory per CTA (fp16): Q 2 x 64 x d, then STAGES x (K + V) of BLOCK_N x d.
@@ -440,7 +445,7 @@ def _tma_ok(t: torch.Tensor) -> bool:
     )
 
 
-def supports(q, k, v, out) -> bool:
+def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> bool:
     """Whether the kernel can take these (validated) tensors at all."""
     return (
         q.is_cuda
@@ -466,14 +471,16 @@ def _is_sm90(index: int) -> bool:
 # is not listed: 0.90-0.94x Triton's device time at 1x16x1024, but the Gluon launch
 # costs 4-10 us more host time (four TMA descriptors encoded per call) on a shape whose
 # GPU time is 13 us. Shapes below the smallest measured product keep the Triton kernel.
-FASTER: dict[tuple[int, bool], tuple[int, str, dict]] = {
+FASTER: dict[tuple[int, bool], tuple[int, str, dict[str, int]]] = {
     (128, False): (2048 * 2048, "ws", {}),
     (128, True): (2048 * 2048, "ws", {}),
     (64, True): (1024 * 1024, "simple", {"BLOCK_N": 64}),
 }
 
 
-def dispatch_variant(q, k, v, out, causal: bool) -> tuple[str, dict] | None:
+def dispatch_variant(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
+) -> tuple[str, dict[str, int]] | None:
     """(variant, config overrides) ``flash_attention_fwd`` takes (ATTN_GLUON=1), or None."""
     entry = FASTER.get((q.shape[-1], causal))
     if entry is None or q.shape[2] * k.shape[2] < entry[0]:
@@ -487,8 +494,12 @@ class _Desc:
     # per-call checks, which the first call of a key already ran.
     __slots__ = ("base", "padding", "shape", "strides")
 
-    def __init__(self, base, shape, strides):
+    def __init__(self, base: torch.Tensor, shape: list[int], strides: list[int]) -> None:
         self.base, self.shape, self.strides, self.padding = base, shape, strides, "zero"
+
+
+# A tensor's (shape, strides), as a TMA descriptor takes them.
+_Geometry = tuple[list[int], list[int]]
 
 
 class _Plan:
@@ -496,8 +507,21 @@ class _Plan:
 
     __slots__ = ("device", "device_index", "dtype", "function", "geometry", "grid", "launcher",
                  "metadata", "shape", "stream", "tail")  # fmt: skip
+    launcher: Callable[..., object]  # the compiled kernel's CudaLauncher
+    function: object  # the compiled kernel's handle
+    metadata: object  # its packed metadata
+    grid: tuple[int, ...]
+    tail: Scalars
+    geometry: tuple[_Geometry, ...]  # of q, k, v, out
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+    device_index: int
+    stream: Callable[[int], int]  # triton_flash_fwd._cuda_stream
 
-    def __call__(self, q, k, v, out):
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None
+    ) -> torch.Tensor:
         if out is None:
             out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         (qs, qt), (ks, kt), (vs, vt), (os_, ot) = self.geometry
@@ -509,10 +533,14 @@ class _Plan:
         return out
 
 
-def _make_plan(kernel, grid, tensors, tail) -> _Plan | None:
+def _make_plan(
+    kernel: Any, grid: tuple[int, ...], tensors: Sequence[torch.Tensor], tail: Scalars
+) -> _Plan | None:  # kernel: triton's CompiledKernel, or None
     from kernels import triton_flash_fwd as tf
 
-    if kernel is None or tf._cuda_device is None or not tf._no_launch_hooks():
+    if kernel is None or tf._cuda_device is None or tf._cuda_stream is None:
+        return None
+    if not tf._no_launch_hooks():
         return None
     if not torch.cuda.is_available():  # a compile-only driver (compile_report.py)
         return None
@@ -527,7 +555,16 @@ def _make_plan(kernel, grid, tensors, tail) -> _Plan | None:
     return plan
 
 
-def launch(q, k, v, out, causal: bool, scale: float, variant: str = "ws", **overrides):
+def launch(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    causal: bool,
+    scale: float,
+    variant: str = "ws",
+    **overrides: int,
+) -> _Plan | None:
     """Run the kernel on validated tensors; returns a launch plan for this key (or None)."""
     batch, heads_q, seq_q, head_dim = q.shape
     seq_k = k.shape[2]
@@ -537,7 +574,7 @@ def launch(q, k, v, out, causal: bool, scale: float, variant: str = "ws", **over
     scalars = (scale * math.log2(math.e), seq_k, heads_q // k.shape[1])
     if variant == "simple":
         grid = (triton.cdiv(seq_q, _ROWS), heads_q, batch)
-        constexprs = (causal, cfg["STAGES"])
+        constexprs: Scalars = (causal, cfg["STAGES"])
         kernel = _attn_fwd_simple[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs, num_warps=cfg["num_warps"]
         )
@@ -561,7 +598,7 @@ def flash_attention_fwd(
     scale: float | None = None,
     out: torch.Tensor | None = None,
     variant: str = "ws",
-    **overrides,
+    **overrides: int,
 ) -> torch.Tensor:
     """Attention forward on sm_90 with this file's kernel, whatever the dispatch rule.
 

@@ -18,8 +18,10 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 
 class ResourcesUnavailable(RuntimeError):
@@ -67,6 +69,46 @@ class PtxasEntry:
     barriers: int
 
 
+class ResourceRecord(TypedDict):
+    """What a resource hook returns per compiled kernel: ``KernelResources`` as JSON.
+
+    The guard validates every record (``guard.resources.KernelResources.from_json``):
+    a hook may come from another tree's ``kernels`` package.
+    """
+
+    arch: str
+    kernel: str
+    registers: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    stack_bytes: int
+    shared_bytes: int  # static + dynamic, per block
+    num_warps: int
+    num_stages: int
+    grid: list[int]
+    config: dict[str, int | str]
+    path: str
+    toolchain: str
+
+
+class _EntryFields(TypedDict):
+    """The fields of a ``PtxasEntry`` known once its "Compiling entry function" is read."""
+
+    symbol: str
+    target: str
+    spill_store_bytes: int
+    spill_load_bytes: int
+    stack_bytes: int
+    static_shared_bytes: int
+    barriers: int
+
+
+class _OpenEntry(_EntryFields, total=False):
+    """An entry being parsed: ``registers`` arrives with its "Used N registers" line."""
+
+    registers: int
+
+
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
 _PROPERTIES = re.compile(r"Function properties for (\S+)")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -85,7 +127,7 @@ def parse_ptxas(text: str) -> list[PtxasEntry]:
     out (ptxas failed on it).
     """
     entries: list[PtxasEntry] = []
-    current: dict | None = None
+    current: _OpenEntry | None = None
     properties_of: str | None = None
 
     def close() -> None:
@@ -129,7 +171,7 @@ def cache_dir() -> Path:
     return root / "resources"
 
 
-def cached_text(key: str, make) -> str:
+def cached_text(key: str, make: Callable[[], str]) -> str:
     """The text stored under ``key`` in ``cache_dir()``, else ``make()``'s, stored.
 
     Written atomically (temp file + rename), so concurrent processes never read a

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+if TYPE_CHECKING:
+    # Not at run time: a tree's registry needs no other module of its kernels package.
+    from kernels.ptxas import ResourceRecord
+
 KernelFn = Callable[..., torch.Tensor]
 # (a suite case's params(), arch like "sm_90") -> resource records (see KernelSpec).
-ResourcesFn = Callable[[dict[str, Any], str], list[dict[str, Any]]]
+ResourcesFn = Callable[[Mapping[str, Any], str], "list[ResourceRecord]"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -64,14 +68,16 @@ class KernelSpec:
 
 def _from_module(module: str, attr: str) -> Callable[[], KernelFn]:
     def load() -> KernelFn:
-        return getattr(importlib.import_module(module), attr)
+        fn: KernelFn = getattr(importlib.import_module(module), attr)
+        return fn
 
     return load
 
 
 def _resources_from(module: str, attr: str = "resources") -> ResourcesFn:
-    def resources(params: dict[str, Any], arch: str) -> list[dict[str, Any]]:
-        return getattr(importlib.import_module(module), attr)(params, arch)
+    def resources(params: Mapping[str, Any], arch: str) -> list[ResourceRecord]:
+        hook: ResourcesFn = getattr(importlib.import_module(module), attr)
+        return hook(params, arch)
 
     return resources
 

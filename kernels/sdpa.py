@@ -7,6 +7,7 @@ run the inputs torch raises, and the guard reports the case as failed, not slowe
 from __future__ import annotations
 
 import functools
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -20,18 +21,48 @@ _BACKENDS = {
 }
 
 
-def _call(q, k, v, causal, scale):
+class SdpaFn(Protocol):
+    """The registry's kernel signature, as every adapter here takes it."""
+
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        causal: bool = False,
+        scale: float | None = None,
+    ) -> torch.Tensor: ...
+
+
+def _call(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None
+) -> torch.Tensor:
     gqa = q.shape[1] != k.shape[1]
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale, enable_gqa=gqa)
 
 
-def sdpa_default(q, k, v, *, causal: bool = False, scale: float | None = None) -> torch.Tensor:
+def sdpa_default(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
     """torch SDPA with torch's own backend choice (cuDNN on Hopper with torch >= 2.5)."""
     return _call(q, k, v, causal, scale)
 
 
-def _pinned(backend: str):
-    def fn(q, k, v, *, causal: bool = False, scale: float | None = None) -> torch.Tensor:
+def _pinned(backend: str) -> SdpaFn:
+    def fn(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        causal: bool = False,
+        scale: float | None = None,
+    ) -> torch.Tensor:
         with sdpa_kernel([_BACKENDS[backend]]):
             return _call(q, k, v, causal, scale)
 

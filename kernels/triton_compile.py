@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,14 @@ from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
 from triton.runtime.jit import JITFunction
 
-from kernels.ptxas import MAX_SHARED_BYTES, parse_arch, parse_ptxas, ptxas_report, tool_version
+from kernels.ptxas import (
+    MAX_SHARED_BYTES,
+    ResourceRecord,
+    parse_arch,
+    parse_ptxas,
+    ptxas_report,
+    tool_version,
+)
 
 
 class TargetOnlyDriver:
@@ -51,6 +58,11 @@ class TargetOnlyDriver:
 
     def get_current_stream(self, device: int | None = None) -> int:
         return 0
+
+
+# A launch's grid as ``kernel[grid]`` takes it: the sizes, or a function of the named
+# arguments (constexprs included) that returns them.
+_Grid = Sequence[int] | Callable[[dict[str, Any]], Sequence[int]]
 
 
 @dataclass(frozen=True)
@@ -72,13 +84,16 @@ def compile_only(arch: str) -> Iterator[list[CompiledLaunch]]:
     launches: list[CompiledLaunch] = []
     run = JITFunction.run
 
-    def compile_run(self, *args, grid, warmup, **kwargs):
+    def compile_run(
+        self: JITFunction, *args: Any, grid: _Grid, warmup: bool, **kwargs: Any
+    ) -> Any:  # the CompiledKernel
         kernel = run(self, *args, grid=grid, warmup=True, **kwargs)
-        named = dict(zip(self.arg_names, args, strict=False))  # defaults: not in args
+        # Defaults are not in args, nor in named.
+        named: dict[str, Any] = dict(zip(self.arg_names, args, strict=False))
         named.update(kwargs)
-        size = grid(named) if callable(grid) else grid
-        size = tuple(int(n) for n in size)
-        launches.append(CompiledLaunch(kernel, (*size, 1, 1)[:3], named))  # type: ignore[arg-type]
+        size = tuple(int(n) for n in (grid(named) if callable(grid) else grid))
+        x, y, z = (*size, 1, 1)[:3]
+        launches.append(CompiledLaunch(kernel, (x, y, z), named))
         return kernel
 
     allocation = triton.runtime._allocation
@@ -118,7 +133,7 @@ def toolchain(arch: str = "sm_90") -> str:
 
 def kernel_record(
     launch: CompiledLaunch, arch: str, *, config: dict[str, int | str], path: str
-) -> dict[str, Any]:
+) -> ResourceRecord:
     """The resource record (``guard.resources.KernelResources`` as JSON) of one compile.
 
     ``config`` names what the launcher chose (tile sizes, where the choice came from);

@@ -53,6 +53,8 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import torch
 import triton
@@ -82,7 +84,7 @@ def _interpreter_numpy_shim() -> None:
     if original is None or getattr(original, "_attn_shim", False):
         return
 
-    def patch(tensor, scope):
+    def patch(tensor: Any, scope: Any) -> None:  # the interpreter's own objects
         original(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
 
@@ -97,7 +99,7 @@ _DTYPES = (torch.float16, torch.bfloat16)
 
 
 @triton.jit
-def _load_tile(
+def _load_tile(  # type: ignore[no-untyped-def]
     ptrs,
     rows,
     n_rows,
@@ -122,7 +124,7 @@ def _load_tile(
 
 
 @triton.jit
-def _attn_fwd_inner(
+def _attn_fwd_inner(  # type: ignore[no-untyped-def]
     acc, l_i, m_i, q,
     k_base, v_base, stride_kn, stride_vn,
     offs_m, offs_n, offs_d,
@@ -170,7 +172,7 @@ def _attn_fwd_inner(
 
 
 @triton.jit
-def _attn_fwd_inner_ws(
+def _attn_fwd_inner_ws(  # type: ignore[no-untyped-def]
     acc, l_i, m_i, q, k_desc, v_desc, seq_k, qk_scale,
     BLOCK_N: tl.constexpr, UPCAST_DOT: tl.constexpr,
 ):  # fmt: skip
@@ -199,7 +201,7 @@ def _attn_fwd_inner_ws(
 
 
 @triton.jit
-def _attn_fwd_ptr(
+def _attn_fwd_ptr(  # type: ignore[no-untyped-def]
     q_base, k_base, v_base, o_base, qk_scale, stride_qm, stride_kn, stride_vn, stride_om,
     seq_q, seq_k, start_m,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CAUSAL: tl.constexpr,
@@ -250,7 +252,7 @@ def _attn_fwd_ptr(
 
 
 @triton.jit
-def _attn_fwd(
+def _attn_fwd(  # type: ignore[no-untyped-def]
     Q, K, V, Out, qk_scale,
     stride_qz, stride_qh, stride_qm,
     stride_kz, stride_kh, stride_kn,
@@ -364,9 +366,11 @@ def smem_bytes(config: triton.Config, head_dim: int, elem_size: int = 2) -> int:
     config that slips through and does not fit fails to compile, and both the
     autotuner and the pinned path handle that.
     """
-    block_d = triton.next_power_of_2(head_dim)
-    block_m, block_n = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
-    return (block_m * block_d + 2 * config.num_stages * block_n * block_d) * elem_size
+    block_d: int = triton.next_power_of_2(head_dim)
+    block_m: int = config.kwargs["BLOCK_M"]
+    block_n: int = config.kwargs["BLOCK_N"]
+    num_stages: int = config.num_stages
+    return (block_m * block_d + 2 * num_stages * block_n * block_d) * elem_size
 
 
 @functools.cache
@@ -387,7 +391,9 @@ def _smem_budget(device: torch.device) -> int:
     return _max_shared_mem(_device_index(device))
 
 
-def prune_configs(configs, named_args, **kwargs) -> list[triton.Config]:
+def prune_configs(
+    configs: list[triton.Config], named_args: Mapping[str, Any], **kwargs: Any
+) -> list[triton.Config]:
     """Autotune ``early_config_prune``: drop configs whose tiles exceed shared memory.
 
     Reads only the tensor ``Q`` from ``named_args`` (older Triton passes no kwargs).
@@ -456,7 +462,9 @@ WS_PINNED: dict[int, triton.Config] = {128: _config(128, 128, 4, 2)}
 WS_MIN_SEQ_K = 2048
 
 
-def pinned_config(device: torch.device, head_dim: int, causal: bool, elem_size: int = 2):
+def pinned_config(
+    device: torch.device, head_dim: int, causal: bool, elem_size: int = 2
+) -> triton.Config:
     """The config used without autotuning on ``device``.
 
     An architecture missing from ``PINNED`` (sm_86, sm_100, sm_120, ...) borrows the
@@ -509,7 +517,15 @@ def _check_device(name: str, t: torch.Tensor, ref: torch.Tensor | None) -> None:
     )
 
 
-def _validate(q, k, v, causal, scale, out) -> float:
+def _validate(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    scale: float | None,
+    out: torch.Tensor | None,
+) -> float:
+    # Typed as the public signature; the checks are for callers that do not keep to it.
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -578,7 +594,9 @@ def _is_sm90(index: int) -> bool:
     return torch.cuda.get_device_capability(index) == (9, 0)
 
 
-def ws_config(q, k, v, out, causal: bool) -> triton.Config | None:
+def ws_config(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
+) -> triton.Config | None:
     """The warp-specialized config when this call may take that path, else None."""
     if _INTERPRET or causal or not q.is_cuda or os.environ.get(_WS_ENV, "1") == "0":
         return None
@@ -593,7 +611,7 @@ def ws_config(q, k, v, out, causal: bool) -> triton.Config | None:
     return config
 
 
-def _torch_scratch(size: int, alignment: int, stream) -> torch.Tensor:
+def _torch_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
     return torch.empty(size, dtype=torch.int8, device="cpu" if _INTERPRET else "cuda")
 
 
@@ -607,8 +625,15 @@ def _ensure_allocator() -> None:
 
 
 def _launch(
-    q, k, v, out, causal: bool, scale: float, config: triton.Config | None, ws: bool = False
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    causal: bool,
+    scale: float,
+    config: triton.Config | None,
+    ws: bool = False,
+) -> _Plan | None:
     """Run the kernel with ``config``, or autotune over ``CONFIGS`` when it is None.
 
     ``ws`` takes the TMA + warp-specialized path; the caller checks ``ws_config``.
@@ -638,7 +663,7 @@ def _launch(
     # Grid (row blocks, heads, batch): row blocks vary fastest, so the programs resident
     # together share one head's K/V in L2; heads and batch get their own axes because
     # CUDA caps grid y and z at 65535 each.
-    def grid(meta):
+    def grid(meta: Mapping[str, Any]) -> tuple[int, int, int]:
         return (triton.cdiv(seq_q, meta["BLOCK_M"]), heads_q, batch)
 
     if config is None:
@@ -646,7 +671,8 @@ def _launch(
         return None
     if ws:
         _ensure_allocator()
-    block_m, block_n = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
+    block_m: int = config.kwargs["BLOCK_M"]
+    block_n: int = config.kwargs["BLOCK_N"]
     kernel = _attn_fwd[grid](
         *args,
         BLOCK_M=block_m,
@@ -672,7 +698,7 @@ def _launch(
 # builds the key, allocates ``out`` and calls the launcher with four raw pointers.
 
 
-def _env_reader():
+def _env_reader() -> Callable[[str], str | None]:
     # os.environ.get encodes the key on every call (~0.5 us each, three per call); the
     # mapping underneath answers in ~0.05 us and still sees os.environ[...] = ... and
     # monkeypatch.setenv at once. Falls back to os.environ off CPython.
@@ -681,7 +707,7 @@ def _env_reader():
         return lambda name: os.environ.get(name)
     keys: dict[str, object] = {}
 
-    def read(name: str):
+    def read(name: str) -> str | None:
         key = keys.get(name)
         if key is None:
             key = keys[name] = encode(name)
@@ -694,9 +720,10 @@ def _env_reader():
 _getenv = _env_reader()
 _GLUON_ENV = "ATTN_GLUON"  # "1": the Gluon Hopper kernel where it is known to be faster
 
-# The CUDA calls that triton's own launcher makes, without torch.cuda's Python layers.
-_cuda_device = getattr(torch._C, "_cuda_getDevice", None)
-_cuda_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+# The CUDA calls that triton's own launcher makes, without torch.cuda's Python layers:
+# the current device's index, and the raw current stream of a device index.
+_cuda_device: Callable[[], int] | None = getattr(torch._C, "_cuda_getDevice", None)
+_cuda_stream: Callable[[int], int] | None = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
 def _no_launch_hooks() -> bool:
@@ -708,13 +735,37 @@ def _no_launch_hooks() -> bool:
     return True
 
 
+class LaunchPlan(Protocol):
+    """A kept launch (``_Plan``, or Gluon's): the kernel again on new tensors of its key."""
+
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None, /
+    ) -> torch.Tensor: ...
+
+
+# A kernel's scalar arguments after the tensors (bools are ints).
+Scalars = tuple[int | float, ...]
+
+
 class _Plan:
     """One launch of a compiled kernel, repeatable on new tensors of the same key."""
 
-    __slots__ = ("call", "device", "device_index", "dtype", "grid", "head", "shape", "tail")
+    __slots__ = ("call", "device", "device_index", "dtype", "grid", "head", "shape", "stream",
+                 "tail")  # fmt: skip
+    call: Callable[..., object]  # the compiled kernel's launcher
+    head: tuple[object, ...]  # the launcher's arguments between the stream and the tensors
+    grid: tuple[int, ...]
+    tail: Scalars
+    shape: torch.Size
+    dtype: torch.dtype
+    device: torch.device
+    device_index: int
+    stream: Callable[[int], int]  # _cuda_stream
 
     @classmethod
-    def make(cls, kernel, grid, tail: tuple, q: torch.Tensor) -> _Plan | None:
+    def make(
+        cls, kernel: Any, grid: tuple[int, ...], tail: Scalars, q: torch.Tensor
+    ) -> _Plan | None:  # kernel: triton's CompiledKernel
         if _cuda_device is None or _cuda_stream is None or not _no_launch_hooks():
             return None
         if not torch.cuda.is_available():  # a compile-only driver (compile_report.py)
@@ -740,25 +791,32 @@ class _Plan:
         plan.tail = tail
         plan.shape, plan.dtype, plan.device = q.shape, q.dtype, q.device
         plan.device_index = _cuda_device()
+        plan.stream = _cuda_stream
         return plan
 
-    def __call__(self, q, k, v, out):
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None
+    ) -> torch.Tensor:
         if out is None:
             out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
         # Raw pointers: the launcher takes ints as they are, where a tensor costs a
         # data_ptr() call and a cuPointerGetAttribute each.
         self.call(
-            *self.grid, _cuda_stream(self.device_index), *self.head,
+            *self.grid, self.stream(self.device_index), *self.head,
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), *self.tail,
         )  # fmt: skip
         return out
 
 
-_PLANS: dict[tuple, _Plan] = {}
+# Everything a launch depends on besides the data pointers (``_plan_key``).
+PlanKey = tuple[object, ...]
+_PLANS: dict[PlanKey, LaunchPlan] = {}
 _MAX_PLANS = 4096  # a process that cycles through more shapes than this starts over
 
 
-def _plan_key(q, k, v, causal, scale, out) -> tuple | None:
+def _plan_key(
+    q: object, k: object, v: object, causal: object, scale: object, out: object
+) -> PlanKey | None:
     """Everything a launch depends on besides the data pointers, or None (no fast path).
 
     Exact types only: ``causal=1`` or ``scale=True`` must still reach the checks (and
@@ -767,7 +825,7 @@ def _plan_key(q, k, v, causal, scale, out) -> tuple | None:
     """
     if _INTERPRET or type(q) is not torch.Tensor or type(k) is not torch.Tensor:
         return None
-    if type(v) is not torch.Tensor or not q.is_cuda:
+    if type(v) is not torch.Tensor or not q.is_cuda or _cuda_device is None:
         return None
     if (causal is not True and causal is not False) or not (scale is None or type(scale) is float):
         return None
@@ -786,7 +844,14 @@ def _plan_key(q, k, v, causal, scale, out) -> tuple | None:
     )  # fmt: skip
 
 
-def _prepare(q, k, v, causal, scale, out):
+def _prepare(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    scale: float | None,
+    out: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, float]:
     scale = _validate(q, k, v, causal, scale, out)
     # The kernel assumes a unit stride along head_dim (vector loads); other strides
     # are passed through.
@@ -867,15 +932,35 @@ def flash_attention_fwd(
             # The smem estimate was optimistic for this part: take the small config
             # rather than fail; tune_triton.py reports which pinned entry needs fixing.
             plan = _launch(q, k, v, out, causal, scale, _FALLBACK_CONFIG)
-    if plan is not None and unit:
+    if plan is not None and unit and key is not None:
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
         _PLANS[key] = plan
     return out
 
 
+class _Gluon(Protocol):
+    """What the launcher uses of ``kernels.gluon_flash_fwd``."""
+
+    def dispatch_variant(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
+    ) -> tuple[str, dict[str, int]] | None: ...
+
+    def launch(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        out: torch.Tensor,
+        causal: bool,
+        scale: float,
+        variant: str = ...,
+        **overrides: int,
+    ) -> LaunchPlan | None: ...
+
+
 @functools.cache
-def _gluon_module():
+def _gluon_module() -> _Gluon | None:
     """kernels.gluon_flash_fwd, or None where Gluon cannot be imported."""
     try:
         from kernels import gluon_flash_fwd

@@ -26,7 +26,7 @@ import torch
 import triton
 
 from kernels import triton_flash_fwd as tf
-from kernels.ptxas import ResourcesUnavailable, parse_arch
+from kernels.ptxas import ResourceRecord, ResourcesUnavailable, parse_arch
 from kernels.triton_compile import compile_only, kernel_record, max_shared_bytes
 
 POINTER = "pointer"  # pointer loads pipelined with cp.async
@@ -80,7 +80,7 @@ def _config_dict(plan: LaunchPlan) -> dict[str, int | str]:
     }
 
 
-def resources(params: Mapping[str, Any], arch: str) -> list[dict[str, Any]]:
+def resources(params: Mapping[str, Any], arch: str) -> list[ResourceRecord]:
     """Resource records of the kernel(s) one call on ``params``'s workload compiles.
 
     ``params``: a suite case's ``params()`` (``shape`` [batch, heads, seq_q, head_dim],
