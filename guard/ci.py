@@ -23,7 +23,7 @@ tree; the policy still comes from the base commit's suite file.
 
 This module is GitHub plumbing only: it calls the core, renders the ``Outcome`` the
 core builds, and writes the job summary, the annotations, ``$GITHUB_OUTPUT`` and the
-files of ``--out-dir`` (``outcome.json`` is what the PR-comment workflow reads). Exit
+files of ``--out-dir`` (``meta.json``, the outcome, is what the PR-comment workflow reads). Exit
 codes are the guard's: 0 pass, 1 regression or wrong results, 2 bad input or no
 verdict, 3 infrastructure.
 """
@@ -51,7 +51,7 @@ from guard.outcome import CaseProfile, CheckVerdict, Outcome
 from guard.runner import Arm
 from guard.suite import Suite, load_suite
 
-OUTCOME_FILE = "outcome.json"
+OUTCOME_FILE = "meta.json"  # the name the comment workflow looks for in the artifact
 
 
 # --------------------------------------------------------------------------- GitHub

@@ -2,7 +2,7 @@
 
     python -m guard.comment --meta OUTCOME.json [--meta ...] --out COMMENT.md
 
-Reads each GPU's ``outcome.json`` (``guard.outcome``; an unknown schema version or a
+Reads each GPU's ``meta.json`` (``guard.outcome``; an unknown schema version or a
 malformed field is refused with exit 2 and the field named) and writes one comment:
 the verdict per GPU first, the cases that moved, what the PR changes in the policy and
 the baselines (taking effect after merge), and a link to the run. The comment workflow

@@ -22,7 +22,7 @@ no verdict: exit 2 and "NO VERDICT", never a pass.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -253,35 +253,39 @@ def compare_case(
 ) -> CaseComparison:
     case = cand.case
     rule = rule or case_rule(case, TimingPlan(), paired=False)
-    common = {
-        "case_id": cand.id,
-        "kernel": case.kernel,
-        "name": case.name,
-        "gate": case.gate,
-        "min_effect": case.threshold.min_effect,
-        "candidate": cand,
-        "baseline": base,
-    }
+    # What every comparison of this case carries; each outcome below is this with its
+    # own fields replaced (dataclasses.replace, so every field is checked by name).
+    common = CaseComparison(
+        case_id=cand.id,
+        kernel=case.kernel,
+        name=case.name,
+        gate=case.gate,
+        status=Status.COMPARED,
+        min_effect=case.threshold.min_effect,
+        candidate=cand,
+        baseline=base,
+    )
     if cand.status == WRONG:
-        return CaseComparison(**common, status=Status.WRONG, reason=cand.reason)
+        return replace(common, status=Status.WRONG, reason=cand.reason)
     if cand.status in INFRA_STATUSES:
-        return CaseComparison(**common, status=Status.ERROR, reason=f"{cand.status}: {cand.reason}")
+        return replace(common, status=Status.ERROR, reason=f"{cand.status}: {cand.reason}")
     if cand.status == UNAVAILABLE:
-        return CaseComparison(**common, status=Status.UNAVAILABLE, reason=cand.reason)
+        return replace(common, status=Status.UNAVAILABLE, reason=cand.reason)
     if base is None or base.status != OK:
         why = "no such case in the baseline" if base is None else f"baseline case is {base.status}"
-        return CaseComparison(
-            **common, status=Status.NEW, reason=why, candidate_median=_median(cand.rounds)
+        return replace(
+            common, status=Status.NEW, reason=why, candidate_median=_median(cand.rounds)
         )
     if base.case.params() != case.params():
-        return CaseComparison(
-            **common, status=Status.NOT_COMPARABLE, reason="parameters differ from the baseline's"
+        return replace(
+            common, status=Status.NOT_COMPARABLE, reason="parameters differ from the baseline's"
         )
-    medians = {"baseline_median": _median(base.rounds), "candidate_median": _median(cand.rounds)}
+    common = replace(
+        common, baseline_median=_median(base.rounds), candidate_median=_median(cand.rounds)
+    )
     if use_fingerprints and identical(base, cand):
-        return CaseComparison(
-            **common,
-            **medians,
+        return replace(
+            common,
             status=Status.IDENTICAL,
             verdict=Verdict.UNCHANGED,
             reason="identical kernel: the same device code and launches in both "
@@ -292,9 +296,8 @@ def compare_case(
             stats.ratio_estimate(base.rounds, cand.rounds) if base.rounds and cand.rounds else None
         )
         one_process = "pytest-benchmark" in (base.method, cand.method)
-        return CaseComparison(
-            **common,
-            **medians,
+        return replace(
+            common,
             point_ratio=ratio,
             status=Status.TOO_FEW_ROUNDS,
             reason=(
@@ -312,9 +315,8 @@ def compare_case(
     hb, hc = _median(base.host_rounds), _median(cand.host_rounds)
     if hb and hc:
         host_ratio = hc / hb
-    return CaseComparison(
-        **common,
-        **medians,
+    return replace(
+        common,
         status=Status.COMPARED,
         verdict=verdict,
         interval=interval,

@@ -110,11 +110,11 @@ def capture_triton_launches() -> Iterator[list[Launch]]:
             launches.append(Launch(kernel_code_digest(kernel), tuple(int(n) for n in size)))
         return kernel
 
-    JITFunction.run = recording_run  # type: ignore[method-assign]
+    JITFunction.run = recording_run
     try:
         yield launches
     finally:
-        JITFunction.run = run  # type: ignore[method-assign]
+        JITFunction.run = run
 
 
 class CaptureFailed(RuntimeError):
@@ -141,7 +141,7 @@ def capture_device_kernels() -> Iterator[list[dict[str, Any]]]:
         return
     prof = profile(activities=[ProfilerActivity.CUDA])
     try:
-        prof.__enter__()
+        prof.__enter__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
     except Exception as exc:
         failure: Exception | None = exc
         yield kernels
@@ -151,7 +151,7 @@ def capture_device_kernels() -> Iterator[list[dict[str, Any]]]:
     finally:
         try:
             torch.cuda.synchronize()
-            prof.__exit__(None, None, None)
+            prof.__exit__(None, None, None)  # type: ignore[no-untyped-call]  # as __enter__
             kernels.extend(_kernels_of(prof))
         except Exception as exc:
             kernels.clear()

@@ -3,7 +3,7 @@
 The core builds an ``Outcome`` from what it measured (``core.outcome_of_*``); the
 terminal table, the Markdown summary, the HTML report, ``--json``, ``$GITHUB_OUTPUT``,
 the workflow annotations and the PR comment all render from it. On disk it is the
-file ``outcome.json`` of a PR check (schema below), which the comment workflow reads
+file ``meta.json`` of a PR check (schema below), which the comment workflow reads
 with the default branch's ``guard.comment``.
 
 Standard library only: the comment workflow runs this module without installing the

@@ -24,13 +24,16 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypedDict
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy import stats as sps
 
 from guard.errors import shown
 
 Rounds = Sequence[Sequence[float]]
+FloatArray = NDArray[np.float64]
 
 
 class Verdict(str, enum.Enum):
@@ -99,31 +102,46 @@ MAX_LOG_HALF_WIDTH = math.log(1000.0)
 MAX_LOG_RATIO = 600.0
 
 
-def round_medians(rounds: Rounds) -> np.ndarray:
+def round_medians(rounds: Rounds) -> FloatArray:
     """The median of each non-empty round."""
     meds = [float(np.median(np.asarray(r, dtype=float))) for r in rounds if len(r) > 0]
     return np.asarray(meds, dtype=float)
 
 
-def pooled(rounds: Rounds) -> np.ndarray:
+def pooled(rounds: Rounds) -> FloatArray:
     return np.concatenate([np.asarray(r, dtype=float) for r in rounds]) if rounds else np.empty(0)
 
 
 TRIM = 0.2  # share of rounds cut from each end before averaging
 
 
-def _log_mean_diff(cand: np.ndarray, base: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Difference of 20%-trimmed means of log round medians.
+def _log_mean_diff(
+    cand: FloatArray, base: FloatArray, axis: int = -1
+) -> FloatArray | np.float64:
+    """Difference of 20%-trimmed means of log round medians (a scalar for 1-D arms, an
+    array of them for the stacked resamples ``scipy.stats.bootstrap`` passes).
 
     Trimmed, because a round now and then lands far off (one of 56 rounds on an H100
     ran a case 48% slow): a plain mean lets that one round decide the interval."""
-    return sps.trim_mean(cand, TRIM, axis=axis) - sps.trim_mean(base, TRIM, axis=axis)
+    # scipy is untyped here (pyproject.toml): trim_mean's result is Any.
+    diff: FloatArray | np.float64 = sps.trim_mean(cand, TRIM, axis=axis) - sps.trim_mean(
+        base, TRIM, axis=axis
+    )
+    return diff
 
 
-def _trimmed_df(lb: np.ndarray, lc: np.ndarray) -> float:
+class _Statistic(Protocol):
+    """A vectorized statistic of two arms, as ``scipy.stats.bootstrap`` calls it."""
+
+    def __call__(
+        self, cand: FloatArray, base: FloatArray, axis: int = -1
+    ) -> FloatArray | np.float64: ...
+
+
+def _trimmed_df(lb: FloatArray, lc: FloatArray) -> float:
     """Yuen's degrees of freedom: the rounds left after trimming, Welch-combined."""
 
-    def part(x: np.ndarray) -> tuple[float, int]:
+    def part(x: FloatArray) -> tuple[float, int]:
         g = int(TRIM * x.size)
         h = x.size - 2 * g
         w = sps.mstats.winsorize(x, limits=(TRIM, TRIM)).data if g else x
@@ -135,18 +153,25 @@ def _trimmed_df(lb: np.ndarray, lc: np.ndarray) -> float:
     return float((db + dc) ** 2 / denom) if denom > 0 else float(hb + hc - 2)
 
 
-def _bootstrap(data, statistic, rng: np.random.Generator, n_resamples: int):
-    """scipy.stats.bootstrap across its 1.11-1.17 API (``random_state`` became ``rng``)."""
-    kwargs = {
+def _bootstrap_se(
+    data: tuple[FloatArray, FloatArray],
+    statistic: _Statistic,
+    rng: np.random.Generator,
+    n_resamples: int,
+) -> float:
+    """The standard error from scipy.stats.bootstrap, across its 1.11-1.17 API
+    (``random_state`` became ``rng``)."""
+    kwargs: dict[str, object] = {
         "n_resamples": n_resamples,
         "vectorized": True,
         "method": "percentile",
         "confidence_level": 0.9,
     }
     try:
-        return sps.bootstrap(data, statistic, rng=rng, **kwargs)
+        res = sps.bootstrap(data, statistic, rng=rng, **kwargs)
     except TypeError:
-        return sps.bootstrap(data, statistic, random_state=rng, **kwargs)
+        res = sps.bootstrap(data, statistic, random_state=rng, **kwargs)
+    return float(res.standard_error)
 
 
 def ratio_interval(
@@ -175,9 +200,8 @@ def ratio_interval(
     diff = float(_log_mean_diff(lc, lb))
     se, df = 0.0, 1.0  # identical rounds: nothing varies
     if np.ptp(lb) > 0.0 or np.ptp(lc) > 0.0:
-        res = _bootstrap((lc, lb), _log_mean_diff, rng, n_resamples)
         n = min(lb.size, lc.size)
-        se = float(res.standard_error) * math.sqrt(n / (n - 1))
+        se = _bootstrap_se((lc, lb), _log_mean_diff, rng, n_resamples) * math.sqrt(n / (n - 1))
         df = _trimmed_df(lb, lc)
     half = float(sps.t.ppf(0.5 + confidence / 2.0, df=df)) * se
     up = None if bound_confidence is None else float(sps.t.ppf(bound_confidence, df=df)) * se
@@ -220,7 +244,7 @@ def ratio_estimate(baseline: Rounds, candidate: Rounds) -> float:
     return float(np.exp(min(max(diff, -MAX_LOG_RATIO), MAX_LOG_RATIO)))
 
 
-def _log_medians(rounds: Rounds) -> np.ndarray:
+def _log_medians(rounds: Rounds) -> FloatArray:
     meds = round_medians(rounds)
     if not (np.isfinite(meds).all() and (meds > 0).all()):
         raise ValueError("times must be finite and positive")
@@ -325,7 +349,29 @@ def family_confidence(alpha: float, n_tests: int) -> float:
     return 1.0 - 2.0 * alpha / max(n_tests, 1)
 
 
-def summary(values: Sequence[float]) -> dict[str, float]:
+class BenchmarkStats(TypedDict):
+    """pytest-benchmark's ``stats`` of one benchmark (without its ``data``)."""
+
+    min: float
+    max: float
+    mean: float
+    stddev: float
+    rounds: int
+    median: float
+    iqr: float
+    q1: float
+    q3: float
+    iqr_outliers: int
+    stddev_outliers: int
+    outliers: str  # "<stddev outliers>;<iqr outliers>"
+    ld15iqr: float
+    hd15iqr: float
+    ops: float
+    total: float
+    iterations: int
+
+
+def summary(values: Sequence[float]) -> BenchmarkStats:
     """Descriptive statistics in pytest-benchmark's names (seconds in, seconds out)."""
     arr = np.asarray(values, dtype=float)
     if arr.size == 0:

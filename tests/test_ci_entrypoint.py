@@ -219,7 +219,7 @@ def run_check(repo: Repo, pr: str, tmp_path: Path) -> Result:
         proc.stderr,
         summary.read_text() if summary.exists() else "",
         dict(line.split("=", 1) for line in lines if "=" in line),
-        json.loads((out_dir / "outcome.json").read_text()),
+        json.loads((out_dir / "meta.json").read_text()),
     )
 
 
