@@ -44,7 +44,7 @@ def test_bracketed_names_print_as_written(tmp_path: Path, capsys) -> None:
     names = ["test_c.py::test_attn[fp16]", "test_c.py::test_attn[bf16]", "test_c.py::t[red]"]
     a = pytest_benchmark_file(tmp_path / "a.json", names)
     b = pytest_benchmark_file(tmp_path / "b.json", names)
-    assert cli.main(["compare", str(a), str(b)]) == 0
+    assert cli.main(["compare", str(a), str(b)]) == 2  # one round each: no verdict
     out = capsys.readouterr().out
     assert "test_attn[fp16]" in out and "test_attn[bf16]" in out and "t[red]" in out
 
@@ -103,7 +103,7 @@ def test_closed_stdout_exits_quietly_with_the_verdict(tmp_path: Path, fmt: list[
         )
     finally:
         os.close(write_end)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 2, proc.stderr  # the verdict: one round each, none
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
     assert md.read_text().startswith("## Performance guard")
 
