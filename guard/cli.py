@@ -12,13 +12,15 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from guard import cli_report, core, render, results, stats, text
+from guard.compare import Comparison
 from guard.errors import ExitCode, GuardError
-from guard.runner import Progress
+from guard.runner import Progress, ProgressFn
+from guard.suite import Suite
 
 DEFAULT_OUT = Path("results/guard-results.json")
 
@@ -140,7 +142,7 @@ def _opts(args: argparse.Namespace) -> core.MeasureOptions:
     )
 
 
-def _suite(args: argparse.Namespace):
+def _suite(args: argparse.Namespace) -> Suite:
     core.load_plugins(
         getattr(args, "fault_module", None) or (), getattr(args, "worker_path", None) or ()
     )
@@ -189,7 +191,11 @@ def _run_exit(run: results.RunResult) -> int:
     return ExitCode.PASS
 
 
-def _measure(args: argparse.Namespace, operation) -> int:
+# core.check or core.run: (suite, options, progress) -> the measured run.
+MeasureFn = Callable[[Suite, core.MeasureOptions, ProgressFn], results.RunResult]
+
+
+def _measure(args: argparse.Namespace, operation: MeasureFn) -> int:
     progress = ProgressPrinter(not args.quiet)
     try:
         run = operation(_suite(args), _opts(args), progress)
@@ -207,7 +213,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _measure(args, core.run)
 
 
-def _render_comparison(args: argparse.Namespace, comparison) -> int:
+def _render_comparison(args: argparse.Namespace, comparison: Comparison) -> int:
     if args.json:
         _emit_json(render.comparison_json(comparison))
     else:
@@ -251,6 +257,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             results.save(comparison.candidate, args.out or DEFAULT_OUT)
             cli_report.append_history(args, comparison.candidate)
             return _render_comparison(args, comparison)
+        baseline: results.RunResult | None
         if args.baseline:
             baseline, missing = core.load_results(args.baseline), ""
         else:

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 from guard import env as guard_env
 from guard import results
@@ -28,19 +28,20 @@ DEFAULT_SUITE = Path("suites/default.yaml")
 DEFAULT_BASELINES = Path("baselines")
 SEQUENTIAL_STEP = 2  # extra rounds per step for inconclusive cases
 
-_F = TypeVar("_F", bound=Callable)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
-def _unwinds_on_sigterm(fn: _F) -> _F:
+def _unwinds_on_sigterm(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Run ``fn`` with SIGTERM raising SystemExit(143), so that a cancelled CI job still
     kills its workers and removes its worktree (``finally`` blocks run)."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         with sigterm_unwinds():
             return fn(*args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,16 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from guard.results import Correctness
 from guard.suite import Case, TimingPlan, Tolerance
+
+if TYPE_CHECKING:
+    # Not at run time: the worker imports the kernels package of the tree it measures.
+    from kernels.registry import KernelFn
 
 GUARD_ELEMS = 4096  # NaN guard region on each side of an ``out=`` buffer
 
@@ -43,7 +47,9 @@ class OutOfBoundsWrite(RuntimeError):
     """The kernel wrote into the guard region around its output buffer."""
 
 
-def make_inputs(case: Case, seed: int, device: str):
+def make_inputs(
+    case: Case, seed: int, device: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fresh standard-normal q, k, v for ``case`` (never zeros; seed recorded by the caller)."""
     gen = torch.Generator(device=device).manual_seed(seed)
     s, dtype = case.shape, DTYPES[case.dtype]
@@ -61,7 +67,14 @@ def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
     return rel, float(diff.abs().max()) if diff.numel() else 0.0
 
 
-def call_kernel(fn: Callable, q, k, v, causal: bool, accepts_out: bool) -> torch.Tensor:
+def call_kernel(
+    fn: KernelFn,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    accepts_out: bool,
+) -> torch.Tensor:
     """Run ``fn`` once on a NaN-poisoned output; raise OutOfBoundsWrite on a stray write."""
     if accepts_out:
         flat = torch.full((q.numel() + 2 * GUARD_ELEMS,), math.nan, dtype=q.dtype, device=q.device)
@@ -97,7 +110,15 @@ class Yardstick:
     seed: int
 
     @classmethod
-    def of(cls, q, k, v, causal: bool, tol: Tolerance, seed: int) -> Yardstick:
+    def of(
+        cls,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool,
+        tol: Tolerance,
+        seed: int,
+    ) -> Yardstick:
         """float32 reference (float64 on the CPU); bounds from SDPA's own error."""
         from kernels.reference import attention_reference
         from kernels.sdpa import sdpa_default
@@ -111,7 +132,7 @@ class Yardstick:
 
 
 def check(
-    fn: Callable, case: Case, tol: Tolerance, seed: int, device: str, accepts_out: bool
+    fn: KernelFn, case: Case, tol: Tolerance, seed: int, device: str, accepts_out: bool
 ) -> Correctness:
     """Compare the kernel with a high-precision reference on fresh inputs."""
     q, k, v = make_inputs(case, seed, device)
@@ -123,7 +144,9 @@ def judge(out: Any, q: torch.Tensor, yard: Yardstick) -> Correctness:
     """Whether ``out`` is the attention output for ``q`` within ``yard``'s bounds."""
     ref, rel_bound, max_bound = yard.ref, yard.rel_bound, yard.max_bound
 
-    def result(passed: bool, rel=None, mx=None, message: str = "") -> Correctness:
+    def result(
+        passed: bool, rel: float | None = None, mx: float | None = None, message: str = ""
+    ) -> Correctness:
         return Correctness(passed, rel, mx, rel_bound, max_bound, yard.yard_rel, yard.seed, message)
 
     if not isinstance(out, torch.Tensor):
@@ -161,6 +184,11 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _timing_event() -> torch.cuda.Event:
+    # torch leaves Event.__new__ unannotated.
+    return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+
 def _host_per_call(run: Callable[[], object], device: str, calls: int, n: int) -> tuple[float, ...]:
     out = []
     for _ in range(n):
@@ -180,7 +208,7 @@ class Prepared:
     timed with an event pair, divided by ``calls``. On the CPU, perf_counter instead.
     """
 
-    def __init__(self, fn: Callable, case: Case, plan: TimingPlan, seed: int, device: str):
+    def __init__(self, fn: KernelFn, case: Case, plan: TimingPlan, seed: int, device: str):
         self.device = device
         self.case, self.seed, self.plan = case, seed, plan
         q, k, v = make_inputs(case, seed, device)
@@ -213,8 +241,8 @@ class Prepared:
             except Exception:  # some backends cannot be captured: time eager calls
                 torch.cuda.synchronize()
                 self.method = "cuda-events"
-            self._start = torch.cuda.Event(enable_timing=True)
-            self._end = torch.cuda.Event(enable_timing=True)
+            self._start = _timing_event()
+            self._end = _timing_event()
 
     def _eager(self) -> None:
         self._out = None  # free the previous output first, as plain calls would
@@ -223,7 +251,8 @@ class Prepared:
         self._out = self._run()  # kept for ``verify``
 
     def _capture(self) -> Callable[[], None]:
-        stream = torch.cuda.Stream()
+        # torch leaves Stream.__new__ unannotated.
+        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             self._run()  # a warm call on the capture stream
@@ -257,7 +286,7 @@ class Prepared:
         if sustained is None:
             sustained = self.plan.load == "sustained"
         if sustained and self.device == "cuda":
-            events = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
+            events = [_timing_event() for _ in range(n + 1)]
             events[0].record()
             for i in range(n):
                 self._replay()
@@ -318,7 +347,7 @@ def pass_sizes(plan: TimingPlan) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(passes)]
 
 
-def time_case(fn: Callable, case: Case, plan: TimingPlan, seed: int, device: str) -> Timing:
+def time_case(fn: KernelFn, case: Case, plan: TimingPlan, seed: int, device: str) -> Timing:
     """Time one case on its own (all samples in one block)."""
     prepared = Prepared(fn, case, plan, seed, device)
     warm_round([prepared], plan)

@@ -56,6 +56,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from guard.errors import cut
 from guard.profile_target import ERROR_PREFIX, NVTX_RANGE
@@ -268,7 +269,7 @@ class _Run:
     stderr: str
 
 
-def _read_tail(f, limit: int) -> str:
+def _read_tail(f: BinaryIO, limit: int) -> str:
     f.seek(0, os.SEEK_END)
     size = f.tell()
     f.seek(max(0, size - limit))

@@ -10,8 +10,9 @@ image or split a table cell; one holding a newline must not start a second
 ``::error`` command.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: it binds the name ``annotations``,
+# which this module defines (``annotations`` below, the GitHub workflow commands). Every
+# annotation in it is valid at run time on Python 3.10.
 from typing import Any
 
 from guard.compare import CaseComparison, Comparison, Status
@@ -88,7 +89,8 @@ COMPARISON_HEADER = ["case", "baseline", "candidate", "ratio", "CI", "threshold"
 # ------------------------------------------------------------------ escaping
 
 def _moved(c: CaseComparison) -> bool:
-    return c.fails or (c.gate and c.case_verdict.moved) or c.case_verdict is CaseVerdict.WRONG
+    verdict = c.case_verdict
+    return c.fails or verdict in (CaseVerdict.WRONG, CaseVerdict.ERROR) or (c.gate and verdict.moved)
 
 
 def comparison_markdown(
@@ -169,7 +171,7 @@ def run_rows(run: RunResult) -> list[list[str]]:
     return rows
 
 
-RUN_HEADER = ["case", "status", "rel err", "median", "TFLOPS", "rounds"]
+RUN_HEADER = ["case", "status", "rel err", "time", "TFLOPS", "rounds"]  # time: stats.case_time
 
 
 def run_markdown(run: RunResult, no_verdict_reason: str = "") -> str:

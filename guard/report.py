@@ -27,9 +27,10 @@ from guard import svg
 from guard.compare import CaseComparison, Comparison, Status
 from guard.history import Trend
 from guard.outcome import CheckVerdict
-from guard.render import fmt_ratio, fmt_time, verdict_text
+from guard.render import verdict_text
 from guard.results import OK, WRONG, CaseResult, Correctness, Environment, RunResult
 from guard.suite import Case, flops
+from guard.text import fmt_ratio, fmt_time
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 

@@ -533,10 +533,10 @@ def _exit_reason(code: int, finished: bool = False) -> str:
 
 
 # Workers whose process group may still be alive, by pid (= process group id).
-_LIVE: dict[int, subprocess.Popen] = {}
+_LIVE: dict[int, subprocess.Popen[str]] = {}
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[str]) -> None:
     """SIGKILL the worker's whole process group (it leads it: pgid == pid).
 
     Until ``_stop`` closes the worker's stdin its watchdog keeps the group alive, so the
@@ -545,7 +545,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen[str]) -> None:
     """Kill the worker's group, close its stdin (the watchdog's signal), reap it."""
     _kill_group(proc)
     if proc.stdin is not None:

@@ -468,19 +468,20 @@ class _SuiteLoader(yaml.SafeLoader):
     _depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
+        # peek_event is unannotated in types-PyYAML: the two ignores below.
         if self.check_event(yaml.AliasEvent):
             raise yaml.composer.ComposerError(
                 None,
                 None,
                 "aliases (*name) are not allowed in a suite file",
-                self.peek_event().start_mark,
+                self.peek_event().start_mark,  # type: ignore[no-untyped-call]
             )
         if self._depth >= limits.MAX_SUITE_DEPTH:
             raise yaml.composer.ComposerError(
                 None,
                 None,
                 f"nested deeper than {limits.MAX_SUITE_DEPTH} levels",
-                self.peek_event().start_mark,
+                self.peek_event().start_mark,  # type: ignore[no-untyped-call]
             )
         self._depth += 1
         try:

@@ -37,9 +37,11 @@ def test_default_suite_has_the_seven_shapes():
     kernels = {c.kernel for c in suite.cases}
     assert {"triton_flash", "sdpa", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn"} <= kernels
     assert {c.kernel for c in suite.cases if c.gate} == {"triton_flash", "cuda_flash"}
-    # the band the calibration study chose
-    assert all(c.threshold.min_effect == pytest.approx(0.005) for c in suite.cases)
+    # the minimum effect and noise floor the calibration study chose
+    assert all(c.threshold.min_effect == pytest.approx(0.02) for c in suite.cases)
+    assert suite.timing.margin == pytest.approx(0.005)
     assert suite.timing.rounds == 6 and suite.timing.max_rounds == 20
+    assert suite.timing.load == "sustained"
 
 
 def test_suite_hash_is_stable_and_sensitive():
