@@ -90,7 +90,8 @@ COMPARISON_HEADER = ["case", "baseline", "candidate", "ratio", "CI", "threshold"
 
 def _moved(c: CaseComparison) -> bool:
     verdict = c.case_verdict
-    return c.fails or verdict in (CaseVerdict.WRONG, CaseVerdict.ERROR) or (c.gate and verdict.moved)
+    errors = (CaseVerdict.WRONG, CaseVerdict.ERROR)
+    return c.fails or verdict in errors or (c.gate and verdict.moved)
 
 
 def comparison_markdown(
