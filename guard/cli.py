@@ -226,6 +226,9 @@ def _render_comparison(args: argparse.Namespace, comparison: Comparison) -> int:
             print(f"environment differs: {diff[0]}: baseline {diff[1]!r}, here {diff[2]!r}")
         for note in comparison.notes:
             print(f"note: {text.one_line(note)}")
+        for c in comparison.cases:
+            for change in c.resource_changes:
+                print(f"resources: {text.one_line(c.case_id)}: {text.one_line(change)}")
         print(text.one_line(comparison.headline))
     if os.environ.get("GITHUB_ACTIONS"):
         for line in render.annotations(comparison):

@@ -392,7 +392,23 @@ def with_resource_changes(
         replace(c, resource_changes=tuple(str(x) for x in changes.get(c.case_id, ())))
         for c in comparison.cases
     )
-    return replace(comparison, cases=cases)
+
+    def stored(run: RunResult, report: resources.ResourceReport) -> RunResult:
+        """The run with each case's records, as its results file keeps them."""
+        return replace(
+            run,
+            cases=tuple(
+                replace(c, resources=tuple(r.to_json() for r in report.cases.get(c.id, ())))
+                for c in run.cases
+            ),
+        )
+
+    return replace(
+        comparison,
+        cases=cases,
+        baseline=stored(comparison.baseline, base),
+        candidate=stored(comparison.candidate, head),
+    )
 
 
 def compare_files(

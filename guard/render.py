@@ -193,6 +193,7 @@ def run_markdown(run: RunResult, no_verdict_reason: str = "") -> str:
 def comparison_json(comparison: Comparison) -> dict[str, Any]:
     return {
         "headline": comparison.headline,
+        "verdict": comparison.verdict.value,
         "exit_code": int(comparison.exit_code),
         "confidence": comparison.confidence,
         "alpha": comparison.alpha,
@@ -216,6 +217,9 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
                 "host_ratio": c.host_ratio,
                 "fails": c.fails,
                 "reason": c.reason,
+                "case_verdict": c.case_verdict.value,
+                "bound": c.interval.bound if c.interval else None,
+                "resource_changes": list(c.resource_changes),
             }
             for c in comparison.cases
         ],

@@ -57,7 +57,8 @@ def test_compare_against_reports_a_register_rise_without_a_gpu(tmp_path: Path) -
     env["PYTHONPATH"] = str(repo)
     proc = subprocess.run(
         [sys.executable, "-m", "guard", "compare", "--against", "HEAD~1", "--suite",
-         "suite.yaml", "--device", "cpu", "--markdown", str(md), "--json", "-q"],
+         "suite.yaml", "--device", "cpu", "--markdown", str(md), "--json", "-q",
+         "--out", str(tmp_path / "results.json")],
         cwd=repo, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]  # no verdict
@@ -70,3 +71,8 @@ def test_compare_against_reports_a_register_rise_without_a_gpu(tmp_path: Path) -
     assert rise, report
     assert int(rise.group(2)) > int(rise.group(1))
     assert "config.BLOCK_M" in report
+    # The records are kept in the results file (schema 2), per case and arch.
+    from guard import results
+
+    [triton] = [c for c in results.load(tmp_path / "results.json").cases if c.resources]
+    assert triton.resources[0]["arch"] == "sm_90" and triton.resources[0]["registers"] > 0
