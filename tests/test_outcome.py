@@ -1,0 +1,117 @@
+"""The typed outcome: one verdict -> one exit code; outcome files read strictly; the PR
+comment renders every string from them as data."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from guard import comment
+from guard.errors import ExitCode
+from guard.outcome import (
+    CaseOutcome,
+    CaseProfile,
+    CaseVerdict,
+    CheckVerdict,
+    Outcome,
+    OutcomeFileError,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    ("verdict", "code"),
+    [
+        (CheckVerdict.PASS, ExitCode.PASS),
+        (CheckVerdict.REGRESSION, ExitCode.FAIL),
+        (CheckVerdict.WRONG_RESULTS, ExitCode.FAIL),
+        (CheckVerdict.NO_VERDICT, ExitCode.BAD_INPUT),
+        (CheckVerdict.BAD_INPUT, ExitCode.BAD_INPUT),
+        (CheckVerdict.INFRASTRUCTURE, ExitCode.INFRA),
+    ],
+)
+def test_each_verdict_has_one_exit_code(verdict, code):
+    assert Outcome(verdict, "h").exit_code == code
+
+
+def _outcome() -> Outcome:
+    return Outcome(
+        CheckVerdict.REGRESSION,
+        "FAIL: 1 significant regression(s)",
+        cases=(
+            CaseOutcome("k/<img src=x onerror=alert(1)>", True, CaseVerdict.REGRESSION, True,
+                        1.12, 1.10, 1.14, reason="a|b", notes=("registers 168 -> 190",)),
+            CaseOutcome("k/same", True, CaseVerdict.IDENTICAL),
+            CaseOutcome("sdpa/x", False, CaseVerdict.CONTROL, ratio=1.03),
+        ),
+        policy_changes=("ungates triton_flash",),
+        baseline_changes=("baselines/x.json",),
+        gpu="h100",
+        tested_commit="a" * 40,
+        judge_commit="b" * 40,
+        pr_number=7,
+        profiles=(CaseProfile("k/y", (("duration", "1 µs", "2 µs", "2.00x"),)),),
+    )
+
+
+def test_round_trip_and_moved_cases():
+    outcome = _outcome()
+    again = Outcome.from_json(json.loads(json.dumps(outcome.to_json())))
+    assert again == outcome
+    assert [c.case_id for c in outcome.moved] == ["k/<img src=x onerror=alert(1)>"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        ({"schema_version": 1}, "schema_version"),
+        ({"schema_version": 3}, "schema_version"),
+        ({"verdict": "maybe"}, "verdict"),
+        ({"pr_number": -1}, "pr_number"),
+        ({"cases": [{"id": "x", "gate": True, "verdict": "bogus"}]}, "cases[0].verdict"),
+        ({"cases": [{"id": "x", "gate": "yes", "verdict": "new"}]}, "cases[0].gate"),
+        ({"headline": "x" * 5000}, "headline"),
+        ({"profiles": [{"id": "x", "rows": [["a", "b"]]}]}, "profiles[0].rows[0]"),
+    ],
+)
+def test_outcome_files_are_read_strictly(edit, field):
+    data = {**_outcome().to_json(), **edit}
+    with pytest.raises(OutcomeFileError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        Outcome.from_json(data, "meta.json")
+
+
+def test_comment_escapes_everything_from_the_file():
+    body = comment.markdown([_outcome()])
+    assert body.startswith(comment.MARKER)
+    outside_code = re.sub(r"`[^`]*`", "", body)  # code spans render literally
+    assert "<img" not in outside_code and "&lt;img" in body
+    assert "a\\|b" in body  # a pipe cannot split a table cell
+    assert "takes effect after merge" in body or "take effect after merge" in body
+    assert "registers 168 -&gt; 190" in body and "Nsight Compute" in body
+    assert "1 case(s) unchanged: identical kernel" in body
+
+
+def test_comment_cli_refuses_an_unknown_version(tmp_path):
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps({**_outcome().to_json(), "schema_version": 99}))
+    proc = subprocess.run(
+        [sys.executable, "-s", "-E", "-m", "guard.comment", "--meta", str(meta),
+         "--out", str(tmp_path / "c.md")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "schema_version" in proc.stderr
+    assert not (tmp_path / "c.md").exists()
+    meta.write_text(json.dumps(_outcome().to_json()))
+    proc = subprocess.run(
+        [sys.executable, "-s", "-E", "-m", "guard.comment", "--meta", str(meta),
+         "--out", str(tmp_path / "c.md")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "h100" in (tmp_path / "c.md").read_text()
