@@ -1,13 +1,7 @@
 """Turn results and comparisons into text: terminal tables, Markdown, JSON.
 
-Pure functions from data to strings; the CLI decides where they go.
-
-Everything that comes from a file, a suite or a kernel (case names, exception
-messages, GPU names, labels, notes) is data, never markup: Markdown goes through
-``md_text`` (or ``md_code`` inside backticks), GitHub workflow commands through
-``gh_command``. A case named ``<img src=x onerror=...>`` or ``a|b`` must not draw an
-image or split a table cell; one holding a newline must not start a second
-``::error`` command.
+Pure functions from data to strings; the CLI decides where they go. Everything from a
+file, a suite or a kernel is escaped as data (``guard.text`` says how).
 """
 
 # No ``from __future__ import annotations`` here: it binds the name ``annotations``,
