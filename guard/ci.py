@@ -280,14 +280,16 @@ def _progress(event: object) -> None:
         print(f"[perf-guard] {phase} {arm} round {getattr(event, 'round', 0)}", file=sys.stderr)
 
 
-def write_reports(out_dir: Path, comparison: Comparison, html: bool) -> None:
+def write_reports(
+    out_dir: Path, comparison: Comparison, html: bool, profiles: Sequence[CaseProfile] = ()
+) -> None:
     results.save(comparison.candidate, out_dir / "results.json")
     results.save(comparison.baseline, out_dir / "base-results.json")
     results.write_atomic(out_dir / "compare.md", render.comparison_markdown(comparison))
     if html:
         from guard import report
 
-        page = report.html_report(comparison.candidate, comparison)
+        page = report.html_report(comparison.candidate, comparison, profiles=profiles)
         results.write_atomic(out_dir / "report.html", page)
 
 
@@ -334,7 +336,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> Outcome:
     )
     outcome = replace(outcome, notes=(*outcome.notes, *notes))
     try:
-        write_reports(out_dir, comparison, args.html)
+        write_reports(out_dir, comparison, args.html, profiles)
     except Exception as exc:  # the verdict stands; say what failed
         print_untrusted("".join(traceback.format_exception(exc)).rstrip())
         annotate("warning", "perf-guard report", f"writing a report failed: {exc}")

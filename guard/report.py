@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -26,7 +26,7 @@ import jinja2
 from guard import svg
 from guard.compare import CaseComparison, Comparison, Status
 from guard.history import Trend
-from guard.outcome import CheckVerdict
+from guard.outcome import CaseProfile, CheckVerdict
 from guard.render import verdict_text
 from guard.results import OK, WRONG, CaseResult, Correctness, Environment, RunResult
 from guard.suite import Case, flops
@@ -387,9 +387,11 @@ def html_report(
     *,
     trends: Mapping[str, Trend] | None = None,
     title: str = "Performance guard report",
+    profiles: Sequence[CaseProfile] = (),
 ) -> str:
     """The whole report as one HTML document. ``run`` is the candidate; without a
-    comparison the report shows the run alone."""
+    comparison the report shows the run alone. ``profiles``: Nsight Compute, base
+    beside head, of regressed cases (``guard.ci``)."""
     trends = trends or {}
     by_id = {c.case_id: c for c in comparison.cases} if comparison else {}
     views = []
@@ -434,6 +436,12 @@ def html_report(
             ),
             environment_diff=list(comparison.environment_diff) if comparison else [],
             has_history=bool(trends),
+            profiles=list(profiles),
+            resource_changes=[
+                (c.case_id, change)
+                for c in (comparison.cases if comparison else ())
+                for change in c.resource_changes
+            ],
         )
     )
 

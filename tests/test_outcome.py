@@ -115,3 +115,21 @@ def test_comment_cli_refuses_an_unknown_version(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "h100" in (tmp_path / "c.md").read_text()
+
+
+def test_html_report_shows_profiles_and_resource_changes_escaped():
+    import dataclasses
+
+    from guard import report
+    from guard.compare import compare_runs
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import report_data as data
+
+    base, cand = data.pair()
+    comparison = compare_runs(base, cand)
+    first = dataclasses.replace(comparison.cases[0], resource_changes=("registers 1 -> <2>",))
+    comparison = dataclasses.replace(comparison, cases=(first, *comparison.cases[1:]))
+    prof = CaseProfile("k/<b>", (("duration", "1 µs", "2 µs", "2.00x"),))
+    page = report.html_report(cand, comparison, profiles=[prof])
+    assert "Nsight Compute: k/&lt;b&gt;" in page and "registers 1 -&gt; &lt;2&gt;" in page
