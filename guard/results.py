@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import enum
 import json
 import math
 import os
@@ -40,13 +41,33 @@ PYTEST_BENCHMARK_VERSION = "5.2.3"  # the format we write
 PYTEST_BENCHMARK_MAJORS = (3, 4, 5)  # the formats we read: same layout of stats.data
 
 # Case status values. Only OK cases carry samples.
-OK = "ok"
-WRONG = "wrong"  # ran, but the output is wrong (NaN, unwritten, over tolerance)
-CRASHED = "crashed"  # raised, or the worker died
-TIMEOUT = "timeout"
-UNAVAILABLE = "unavailable"  # cannot run on this machine (no GPU, no backend)
-BUILD_FAILED = "build_failed"
-STATUSES = (OK, WRONG, CRASHED, TIMEOUT, UNAVAILABLE, BUILD_FAILED)
+class CaseStatus(str, enum.Enum):
+    """How a case's run ended (what a results file records; ``compare`` turns it,
+    with the baseline's, into the case's verdict, ``outcome.CaseVerdict``)."""
+
+    OK = "ok"
+    WRONG = "wrong"  # ran, but the output is wrong (NaN, unwritten, over tolerance)
+    CRASHED = "crashed"  # raised, or the worker died
+    TIMEOUT = "timeout"
+    UNAVAILABLE = "unavailable"  # cannot run on this machine (no GPU, no backend)
+    BUILD_FAILED = "build_failed"
+
+    def __str__(self) -> str:  # the word, in messages and tables
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+OK, WRONG, CRASHED, TIMEOUT, UNAVAILABLE, BUILD_FAILED = (
+    CaseStatus.OK,
+    CaseStatus.WRONG,
+    CaseStatus.CRASHED,
+    CaseStatus.TIMEOUT,
+    CaseStatus.UNAVAILABLE,
+    CaseStatus.BUILD_FAILED,
+)
+STATUSES = tuple(s.value for s in CaseStatus)
 INFRA_STATUSES = (CRASHED, TIMEOUT, BUILD_FAILED)
 
 
@@ -67,7 +88,7 @@ class CaseResult:
     """What one run learned about one case."""
 
     case: Case
-    status: str
+    status: CaseStatus
     reason: str = ""
     correctness: Correctness | None = None
     rounds: tuple[tuple[float, ...], ...] = ()  # device seconds per call, one tuple a round
@@ -189,7 +210,7 @@ def _pytest_benchmark_entry(result: CaseResult) -> dict[str, Any]:
         "fullname": f"guard::attention[{case.kernel}-{case.name}]",
         "params": case.params(),
         "param": f"{case.kernel}-{case.name}",
-        "extra_info": {"status": result.status, "reason": result.reason},
+        "extra_info": {"status": result.status.value, "reason": result.reason},
         "options": {
             "disable_gc": False,
             "timer": result.method or "none",
@@ -207,7 +228,7 @@ def _case_record(r: CaseResult) -> dict[str, Any]:
     return {
         "id": r.id,
         "case": r.case.to_json(),
-        "status": r.status,
+        "status": r.status.value,
         "reason": r.reason,
         "correctness": None if r.correctness is None else r.correctness.__dict__,
         "rounds": [list(x) for x in r.rounds],
@@ -434,7 +455,7 @@ def _case_from(reader: _Reader, rec: Any, where: str) -> CaseResult:
     cps = reader.get(rec, "calls_per_sample", where, list, [])
     return CaseResult(
         case=case,
-        status=status,
+        status=CaseStatus(status),
         reason=reader.get(rec, "reason", where, str, ""),
         correctness=correctness,
         rounds=rounds,

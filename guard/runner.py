@@ -35,12 +35,13 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from guard import env as guard_env
 from guard.errors import InfraError
+from guard.protocol import CaseJob, Mode, WorkerJob
 from guard.results import (
     CRASHED,
     OK,
@@ -48,6 +49,7 @@ from guard.results import (
     TIMEOUT,
     WRONG,
     CaseResult,
+    CaseStatus,
     Correctness,
     Environment,
     RoundInfo,
@@ -96,7 +98,7 @@ def _noop(_: Progress) -> None:
 @dataclass
 class _CaseState:
     case: Case
-    status: str = OK
+    status: CaseStatus = OK
     reason: str = ""
     correctness: Correctness | None = None
     rounds: list[tuple[float, ...]] = field(default_factory=list)
@@ -229,23 +231,20 @@ class Session:
 
     # ------------------------------------------------------------------ workers
 
-    def _job(self, arm: Arm, mode: str, cases: list[Case], round_index: int) -> dict[str, Any]:
-        tolerances = {k: asdict(v) for k, v in self.suite.tolerances.items()}
-        return {
-            "mode": mode,
-            "device": self.device,
-            "kernels_root": arm.kernels_root or local_kernels_root(),
-            "plan": asdict(self.plan),
-            "tolerances": tolerances,
-            "fault_modules": list(self.fault_modules),
-            "sys_path": list(self.sys_path),
-            "cases": [
-                {**c.to_json(), "seed": case_seed(self.seed, c.id, round_index)} for c in cases
-            ],
-        }
+    def _job(self, arm: Arm, mode: Mode, cases: list[Case], round_index: int) -> WorkerJob:
+        return WorkerJob(
+            mode=mode,
+            device=self.device,
+            kernels_root=arm.kernels_root or local_kernels_root(),
+            plan=self.plan,
+            cases=tuple(CaseJob(c, case_seed(self.seed, c.id, round_index)) for c in cases),
+            tolerances=dict(self.suite.tolerances),
+            fault_modules=self.fault_modules,
+            sys_path=self.sys_path,
+        )
 
     def _round(
-        self, arm: Arm, mode: str, cases: list[Case], round_index: int, total_rounds: int
+        self, arm: Arm, mode: Mode, cases: list[Case], round_index: int, total_rounds: int
     ) -> None:
         states = self.states[arm.name]
         remaining = list(cases)
@@ -331,7 +330,7 @@ class Session:
         )
 
     def _record(self, state: _CaseState, mode: str, event: dict[str, Any]) -> None:
-        status = event.get("status", CRASHED)
+        status = _status(event.get("status", CRASHED))
         if mode == "check":
             corr = event.get("correctness")
             state.correctness = Correctness(**corr) if corr else None
@@ -352,7 +351,7 @@ class Session:
         state.calls.append(int(event.get("calls", 1)))
 
     @staticmethod
-    def _fail(state: _CaseState, status: str, reason: str, output: str) -> None:
+    def _fail(state: _CaseState, status: CaseStatus, reason: str, output: str) -> None:
         if state.status == OK:  # keep the first failure
             state.status, state.reason, state.output = status, reason, output
 
@@ -375,7 +374,7 @@ class Session:
             "20",
         ]
 
-    def _spawn(self, job: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
+    def _spawn(self, job: WorkerJob) -> Generator[dict[str, Any], None, None]:
         """Start a worker and yield its events; synthesize exit/timeout events.
 
         The worker's process group is killed when the worker ends (its kernels' children
@@ -420,7 +419,7 @@ class Session:
             threading.Thread(target=pump, daemon=True).start()
             try:
                 assert proc.stdin is not None
-                proc.stdin.write(json.dumps(job) + "\n")
+                proc.stdin.write(json.dumps(job.to_json()) + "\n")
                 proc.stdin.flush()
             except (BrokenPipeError, OSError):
                 pass
@@ -513,6 +512,15 @@ class LogTail:
         if cut > 0:
             return f"[guard: {cut} earlier bytes of output cut]\n{text}"
         return text
+
+
+def _status(value: object) -> CaseStatus:
+    """A worker's status word; one this guard does not know is a crash (the worker
+    belongs to this guard, so that is a bug, reported rather than trusted)."""
+    try:
+        return CaseStatus(value)
+    except ValueError:
+        return CRASHED
 
 
 def _exit_reason(code: int, finished: bool = False) -> str:

@@ -28,7 +28,10 @@ import os
 import signal
 import sys
 import traceback
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from guard.protocol import WorkerJob
 
 CONTEXT_LOST = 86
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -83,24 +86,21 @@ def _report_failure(proto: TextIO, case_id: str, exc: BaseException, device: str
     return not _context_alive(device)
 
 
-def run_job(job: dict[str, Any], proto: TextIO) -> int:
+def run_job(job: WorkerJob, proto: TextIO) -> int:
     import torch
 
     from guard import env as guard_env
     from guard import measure
     from guard.results import BUILD_FAILED, CRASHED, OK, UNAVAILABLE, WRONG
-    from guard.suite import Case, TimingPlan, Tolerance
+    from guard.suite import Case, Tolerance
 
-    for module in job.get("fault_modules", []):
+    for module in job.fault_modules:
         __import__(module)  # tests register fault-injection kernels this way
     import kernels
     from guard import fingerprint
 
     kernels_dir = os.path.dirname(os.path.abspath(kernels.__file__))
-    device = job["device"]
-    mode = job["mode"]
-    plan = TimingPlan(**job["plan"])
-    tolerances = {k: Tolerance(**v) for k, v in job.get("tolerances", {}).items()}
+    device, mode, plan, tolerances = job.device, job.mode, job.plan, job.tolerances
     if device == "cpu":
         torch.set_num_threads(1)  # CPU fallback: steadier samples on shared 2-core machines
     torch.backends.cuda.matmul.allow_tf32 = False  # the reference must be true float32
@@ -110,9 +110,8 @@ def run_job(job: dict[str, Any], proto: TextIO) -> int:
     loaded: dict[str, Any] = {}
     hashes: dict[str, str] = {}
     prepared: list[tuple[Case, measure.Prepared]] = []
-    for raw in job["cases"]:
-        case = Case.from_json(raw)
-        seed = int(raw.get("seed", 0))
+    for case_job in job.cases:
+        case, seed = case_job.case, case_job.seed
         _emit(proto, event="begin", case=case.id)
         base = {"event": "result", "case": case.id}
         try:
@@ -282,14 +281,16 @@ def main() -> int:
     line = sys.stdin.readline()  # the job; stdin then stays open until the round ends
     if not line:
         return 1  # the guard went away before sending a job
-    job = json.loads(line)
+    data = json.loads(line)
     _start_watchdog()
-    root = job.get("kernels_root")
+    root = data.get("kernels_root")
     if root:
         sys.path.insert(0, root)  # the --against arm: its kernels, this guard
-    sys.path.extend(job.get("sys_path", []))
+    sys.path.extend(data.get("sys_path", []))
     try:
-        return run_job(job, proto)
+        from guard.protocol import WorkerJob
+
+        return run_job(WorkerJob.from_json(data), proto)
     except Exception:
         _emit(proto, event="fatal", output=_tail(traceback.format_exc(), 30))
         return 1

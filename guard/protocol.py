@@ -1,0 +1,89 @@
+"""The worker protocol: the job the runner sends, the events the worker answers.
+
+One JSON object on the worker's stdin (``WorkerJob``), then one JSON object per line on
+its protocol stream (``Event``): ``hello``, then per case ``begin`` and ``result``,
+then ``done``; ``fatal`` when the worker itself failed. The runner also synthesizes
+``exit`` and ``timeout`` events when a worker dies or hangs (``guard.runner``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, TypedDict
+
+from guard.suite import Case, TimingPlan, Tolerance
+
+Mode = Literal["check", "time"]
+
+
+@dataclass(frozen=True)
+class CaseJob:
+    """One case of a round, with the seed of its inputs in that round."""
+
+    case: Case
+    seed: int
+
+
+@dataclass(frozen=True)
+class WorkerJob:
+    """Everything one worker process needs for one round of one arm."""
+
+    mode: Mode
+    device: str
+    kernels_root: str  # the tree whose ``kernels`` package this worker imports
+    plan: TimingPlan
+    cases: tuple[CaseJob, ...]
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+    fault_modules: tuple[str, ...] = ()  # tests: modules that register extra kernels
+    sys_path: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "device": self.device,
+            "kernels_root": self.kernels_root,
+            "plan": asdict(self.plan),
+            "tolerances": {k: asdict(v) for k, v in self.tolerances.items()},
+            "fault_modules": list(self.fault_modules),
+            "sys_path": list(self.sys_path),
+            "cases": [{**c.case.to_json(), "seed": c.seed} for c in self.cases],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkerJob:
+        mode = data["mode"]
+        if mode not in ("check", "time"):
+            raise ValueError(f"job.mode: {mode!r} is neither 'check' nor 'time'")
+        return cls(
+            mode=mode,
+            device=str(data["device"]),
+            kernels_root=str(data.get("kernels_root", "")),
+            plan=TimingPlan(**data["plan"]),
+            cases=tuple(
+                CaseJob(Case.from_json(raw), int(raw.get("seed", 0))) for raw in data["cases"]
+            ),
+            tolerances={k: Tolerance(**v) for k, v in data.get("tolerances", {}).items()},
+            fault_modules=tuple(data.get("fault_modules", ())),
+            sys_path=tuple(data.get("sys_path", ())),
+        )
+
+
+class Event(TypedDict, total=False):
+    """One line of the protocol (which keys an event carries depends on ``event``)."""
+
+    event: Literal["hello", "begin", "result", "done", "fatal", "exit", "timeout"]
+    case: str
+    status: str
+    reason: str
+    output: str
+    correctness: dict[str, Any]
+    kernel_hash: str
+    fingerprint: str
+    samples: list[float]
+    host: list[float]
+    method: str
+    calls: int
+    gpu_state: dict[str, Any]
+    pid: int
+    code: int
