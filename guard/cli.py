@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import sys
 import time
@@ -16,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from guard import cli_report, core, render, results, stats, text
+from guard import cli_report, core, render, results, terminal, text
 from guard.compare import Comparison
 from guard.errors import ExitCode, GuardError
 from guard.runner import Progress, ProgressFn
@@ -89,22 +88,6 @@ class ProgressPrinter:
             self._bar.stop()
 
 
-def _print_table(header: list[str], rows: list[list[str]], title: str = "") -> None:
-    """A terminal table. Every string is plain text (``rich.text.Text``), never rich
-    markup: case names such as ``test_attn[fp16]`` and kernel messages holding ``[/]``
-    are data, shown as they are."""
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=Text(title) if title else None, show_lines=False)
-    for h in header:
-        table.add_column(Text(h), overflow="fold")
-    for row in rows:
-        table.add_row(*(Text(cell) for cell in row))
-    Console(width=max(120, Console().width)).print(table)
-
-
 def _write_summary(markdown: str, path: str | None) -> None:
     if path:
         results.write_atomic(path, markdown)
@@ -112,18 +95,6 @@ def _write_summary(markdown: str, path: str | None) -> None:
     if summary:
         with open(summary, "a", encoding="utf-8") as fh:
             fh.write(markdown + "\n")
-
-
-def _alpha(text: str) -> float:
-    """``--alpha``: a number in the range guard.stats allows (argparse exits 2 otherwise)."""
-    try:
-        return stats.check_alpha(float(text))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _emit_json(data: Any) -> None:
-    print(json.dumps(data, indent=1, allow_nan=False))
 
 
 # --------------------------------------------------------------------------- commands
@@ -162,9 +133,9 @@ def _fallback_note(run: results.RunResult) -> None:
 def cmd_list(args: argparse.Namespace) -> int:
     rows = core.list_cases(_suite(args), args.device)
     if args.json:
-        _emit_json([{"id": i, "kernel": k, "availability": a} for i, k, a in rows])
+        terminal.emit_json([{"id": i, "kernel": k, "availability": a} for i, k, a in rows])
     else:
-        _print_table(["case", "kernel", "availability"], [list(r) for r in rows])
+        terminal.print_table(["case", "kernel", "availability"], [list(r) for r in rows])
     return 0
 
 
@@ -174,9 +145,9 @@ def _finish_run(args: argparse.Namespace, run: results.RunResult, no_verdict: st
     cli_report.append_history(args, run)
     _fallback_note(run)
     if args.json:
-        _emit_json(results.to_json(run))
+        terminal.emit_json(results.to_json(run))
     else:
-        _print_table(render.RUN_HEADER, render.run_rows(run))
+        terminal.print_table(render.RUN_HEADER, render.run_rows(run))
         if no_verdict:
             print(f"\nNO VERDICT: {text.one_line(no_verdict)}")
         print(f"results: {out}")
@@ -215,9 +186,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _render_comparison(args: argparse.Namespace, comparison: Comparison) -> int:
     if args.json:
-        _emit_json(render.comparison_json(comparison))
+        terminal.emit_json(render.comparison_json(comparison))
     else:
-        _print_table(
+        terminal.print_table(
             render.COMPARISON_HEADER,
             render.comparison_rows(comparison),
             title=f"{comparison.baseline.label} -> {comparison.candidate.label}",
@@ -280,7 +251,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     _fallback_note(outcome.candidate)
     if outcome.comparison is None:
         if args.json:
-            _emit_json(
+            terminal.emit_json(
                 {
                     "headline": "NO VERDICT",
                     "reason": outcome.no_verdict_reason,
@@ -289,7 +260,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 }
             )
         else:
-            _print_table(render.RUN_HEADER, render.run_rows(outcome.candidate))
+            terminal.print_table(render.RUN_HEADER, render.run_rows(outcome.candidate))
             print(f"\nNO VERDICT: {text.one_line(outcome.no_verdict_reason)}")
         _write_summary(
             render.run_markdown(outcome.candidate, outcome.no_verdict_reason), args.markdown
@@ -321,7 +292,7 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
         for c in outcome.changes
     ]
     if args.json:
-        _emit_json(
+        terminal.emit_json(
             {
                 "path": str(outcome.path),
                 "changes": [
@@ -331,7 +302,7 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
             }
         )
     else:
-        _print_table(
+        terminal.print_table(
             ["case", "old median", "new median", "new/old"],
             rows,
             title=f"baseline written: {outcome.path}",
@@ -346,17 +317,6 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- parser
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: a count of at least 1 (argparse names the flag and exits 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
 
 
 def _common(
@@ -376,9 +336,11 @@ def _common(
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     if measure:
         p.add_argument(
-            "--rounds", type=positive_int, help="timing rounds (fresh processes) per arm"
+            "--rounds", type=terminal.positive_int, help="timing rounds (fresh processes) per arm"
         )
-        p.add_argument("--max-rounds", type=positive_int, help="ceiling for inconclusive cases")
+        p.add_argument(
+            "--max-rounds", type=terminal.positive_int, help="ceiling for inconclusive cases"
+        )
         p.add_argument("--seed", type=int, help="input seed (default: fresh every run)")
         p.add_argument("--out", type=Path, help=out_help)
         p.add_argument("--markdown", help="also write the Markdown summary here")
@@ -440,7 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="REF",
         help="confirm regressions with a paired rerun against REF on this machine",
     )
-    p.add_argument("--alpha", type=_alpha, default=0.01, help="family false-alarm rate (files)")
+    p.add_argument(
+        "--alpha", type=terminal.alpha, default=0.01, help="family false-alarm rate (files)"
+    )
     p.add_argument(
         "--time-identical",
         action="store_true",

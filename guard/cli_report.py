@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from guard import core, history, render, report, results, text
+from guard import core, history, render, report, results, terminal, text
 from guard.compare import compare_runs
 
 HISTORY_HELP = (
@@ -29,7 +29,6 @@ def append_history(args: argparse.Namespace, run: results.RunResult) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from guard import cli  # late: guard.cli imports this module
 
     run = core.load_results(args.results)
     comparison = None
@@ -63,7 +62,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
         data["html"] = args.html
         data["history"] = {k: history.trend_json(t) for k, t in trends.items()}
-        cli._emit_json(data)
+        terminal.emit_json(data)
     elif not args.html and not args.markdown:
         print(markdown, end="")
     elif args.html:
@@ -72,7 +71,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from guard import cli  # late: guard.cli imports this module
 
     trend = history.trend(
         args.db,
@@ -85,11 +83,11 @@ def cmd_history(args: argparse.Namespace) -> int:
     if trend.skipped:
         print(f"[guard] {text.one_line(trend.skipped_note(args.db))}", file=sys.stderr)
     if args.json:
-        cli._emit_json(history.trend_json(trend))
+        terminal.emit_json(history.trend_json(trend))
         return 0
-    cli._print_table(
-        report.HISTORY_HEADER,
-        report.history_rows(trend),
+    terminal.print_table(
+        render.HISTORY_HEADER,
+        render.history_rows(trend),
         title=f"{trend.case_id} on {trend.gpu_slug} ({len(trend.points)} runs)",
     )
     others = [g for g in trend.gpu_slugs if g != trend.gpu_slug]
@@ -112,7 +110,6 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``report`` and ``history`` to the ``guard`` subcommands."""
-    from guard import cli  # late: guard.cli imports this module
 
     p = sub.add_parser(
         "report",
@@ -130,12 +127,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--history-limit",
-        type=cli.positive_int,
+        type=terminal.positive_int,
         default=60,
         metavar="N",
         help="last N runs (default 60)",
     )
-    p.add_argument("--alpha", type=cli._alpha, default=0.01, help="family false-alarm rate")
+    p.add_argument("--alpha", type=terminal.alpha, default=0.01, help="family false-alarm rate")
     p.add_argument("--report-url", default="", help="link the Markdown to the HTML report")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=cmd_report)
@@ -151,7 +148,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--db", type=Path, default=history.DEFAULT_DB, help=f"default {history.DEFAULT_DB}"
     )
     h.add_argument("--gpu", metavar="SLUG", help="GPU slug (default: the last one measured)")
-    h.add_argument("--limit", type=cli.positive_int, metavar="N", help="only the last N runs")
+    h.add_argument("--limit", type=terminal.positive_int, metavar="N", help="only the last N runs")
     h.add_argument("--alpha", type=float, default=0.01, help="false-step rate per scan")
     h.add_argument(
         "--min-effect",

@@ -10,6 +10,7 @@ file, a suite or a kernel is escaped as data (``guard.text`` says how).
 from typing import Any
 
 from guard.compare import CaseComparison, Comparison, Status
+from guard.history import Trend
 from guard.outcome import CaseVerdict
 from guard.results import OK, RunResult
 from guard.suite import flops
@@ -236,3 +237,35 @@ def annotations(comparison: Comparison) -> list[str]:
         elif c.infra_failure:
             out.append(gh_command("error", c.reason, title=f"Kernel failed to run: {c.case_id}"))
     return out
+
+
+HISTORY_HEADER = ["#", "commit", "date", "time", "rounds", "vs previous", "step"]
+
+
+def history_rows(trend: Trend) -> list[list[str]]:
+    """One row per run of the case, oldest first; the step column flags change points."""
+    steps = {s.index: s for s in trend.steps}
+    rows = []
+    previous: float | None = None
+    for i, p in enumerate(trend.points):
+        change = "—"
+        if p.median is not None and previous:
+            change = f"{(p.median / previous - 1) * 100:+.1f}%"
+        step = steps.get(i)
+        flag = ""
+        if step is not None:
+            flag = f"STEP {step.kind} {step.ratio:.3f}× (p={step.p_value:.1e})"
+        rows.append(
+            [
+                str(i + 1),
+                (p.commit[:10] or "?") + (" (dirty)" if p.commit_dirty else ""),
+                p.created[:19].replace("T", " "),
+                fmt_time(p.median) if p.median is not None else p.status,
+                str(len(p.round_medians)),
+                change,
+                flag,
+            ]
+        )
+        if p.median is not None:
+            previous = p.median
+    return rows

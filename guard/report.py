@@ -23,7 +23,7 @@ from pathlib import Path
 
 import jinja2
 
-from guard import svg
+from guard import stats, svg
 from guard.compare import CaseComparison, Comparison, Status
 from guard.history import Trend
 from guard.outcome import CaseProfile, CheckVerdict
@@ -61,11 +61,8 @@ class Workload:
 
 
 def _median(rounds: tuple[tuple[float, ...], ...]) -> float | None:
-    values = sorted(s for r in rounds for s in r)
-    if not values:
-        return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    """The case's time, as everywhere (``stats.case_time``)."""
+    return stats.case_time(rounds)
 
 
 def kernel_table(run: RunResult) -> tuple[Workload, ...]:
@@ -447,35 +444,3 @@ def html_report(
 
 
 # --------------------------------------------------------------------- history
-
-
-HISTORY_HEADER = ["#", "commit", "date", "median", "rounds", "vs previous", "step"]
-
-
-def history_rows(trend: Trend) -> list[list[str]]:
-    """One row per run of the case, oldest first; the step column flags change points."""
-    steps = {s.index: s for s in trend.steps}
-    rows = []
-    previous: float | None = None
-    for i, p in enumerate(trend.points):
-        change = "—"
-        if p.median is not None and previous:
-            change = f"{(p.median / previous - 1) * 100:+.1f}%"
-        step = steps.get(i)
-        flag = ""
-        if step is not None:
-            flag = f"STEP {step.kind} {step.ratio:.3f}× (p={step.p_value:.1e})"
-        rows.append(
-            [
-                str(i + 1),
-                (p.commit[:10] or "?") + (" (dirty)" if p.commit_dirty else ""),
-                p.created[:19].replace("T", " "),
-                fmt_time(p.median) if p.median is not None else p.status,
-                str(len(p.round_medians)),
-                change,
-                flag,
-            ]
-        )
-        if p.median is not None:
-            previous = p.median
-    return rows

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import report_data as data
 
-from guard import history, report
+from guard import history, render
 from guard.errors import BadInput
 from guard.results import CRASHED, CaseResult
 
@@ -240,7 +240,7 @@ def test_history_rows_flag_the_step(tmp_path: Path) -> None:
     for r in data.history_runs(n=10, step_at=6, factor=1.1):
         history.append(r, db)
     t = history.trend(db, CASE)
-    rows = report.history_rows(t)
+    rows = render.history_rows(t)
     assert len(rows) == 10
     assert [i for i, r in enumerate(rows) if r[-1]] == [6]
     assert rows[6][-1].startswith("STEP slower 1.1")
