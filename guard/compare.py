@@ -90,7 +90,7 @@ class CaseComparison:
         if self.status is Status.COMPARED:
             if not self.gate:
                 return CaseVerdict.CONTROL
-            return CaseVerdict(self.verdict.value if self.verdict else "inconclusive")
+            return self.verdict or CaseVerdict.INCONCLUSIVE
         return CaseVerdict(self.status.value)
 
     def outcome(self) -> CaseOutcome:

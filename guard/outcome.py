@@ -89,6 +89,11 @@ class CaseVerdict(str, enum.Enum):
         """Worth a reader's attention in a summary."""
         return self in _MOVED
 
+    @property
+    def fails(self) -> bool:
+        """A regression fails a gated case (wrong results fail any case: ``compare``)."""
+        return self is CaseVerdict.REGRESSION
+
 
 _MOVED = {
     CaseVerdict.REGRESSION,

@@ -19,7 +19,6 @@ of freedom (see ``ratio_interval`` for why not percentiles).
 
 from __future__ import annotations
 
-import enum
 import math
 import re
 from collections.abc import Sequence
@@ -31,22 +30,15 @@ from numpy.typing import NDArray
 from scipy import stats as sps
 
 from guard.errors import shown
+from guard.outcome import CaseVerdict
 
 Rounds = Sequence[Sequence[float]]
 FloatArray = NDArray[np.float64]
 
 
-class Verdict(str, enum.Enum):
-    """What the guard concluded about one case."""
-
-    REGRESSION = "regression"
-    IMPROVEMENT = "improvement"
-    UNCHANGED = "unchanged"
-    INCONCLUSIVE = "inconclusive"
-
-    @property
-    def fails(self) -> bool:
-        return self is Verdict.REGRESSION
+# The case verdicts this module decides (regression, improvement, unchanged,
+# inconclusive) are members of the one verdict enum (standard library only).
+Verdict = CaseVerdict
 
 
 @dataclass(frozen=True)
