@@ -3,7 +3,8 @@ the compiled code or the launch changes (compiled for sm_90 without a GPU)."""
 
 from __future__ import annotations
 
-import importlib.util
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -12,8 +13,8 @@ import pytest
 
 from guard import fingerprint as fp
 
-triton = pytest.importorskip("triton")
-triton_compile = pytest.importorskip("kernels.triton_compile")
+pytest.importorskip("triton")
+ROOT = Path(__file__).resolve().parent.parent
 
 KERNEL = '''
 import torch
@@ -34,29 +35,43 @@ def launch(x, y, block={block}):
 '''
 
 
-def _load(tmp: Path, name: str, *, factor: str = "2.0", block: int = 128, pad: int = 0):
+CHILD = """
+import importlib.util, sys, torch
+from guard import fingerprint as fp
+from kernels import triton_compile
+
+spec = importlib.util.spec_from_file_location(sys.argv[2], sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+sys.modules[sys.argv[2]] = module
+spec.loader.exec_module(module)
+x = torch.randn(1000)
+with triton_compile.compile_only("sm_90"), fp.capture_triton_launches() as launches:
+    module.launch(x, torch.empty_like(x))
+assert launches, "the launch was not recorded"
+print(fp.fingerprint(launches, [], {}, "unused"))
+"""
+
+
+def _load(tmp: Path, name: str, *, factor: str = "2.0", block: int = 128, pad: int = 0) -> Path:
     folder = tmp / name
     folder.mkdir()
     path = folder / f"{name}.py"
     source = textwrap.dedent(KERNEL.format(factor=factor, block=block))
     path.write_text("# padding\n" * pad + source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return path
 
 
-def _fingerprint(module) -> str:
-    import torch
-
-    x = torch.randn(1000)
-    y = torch.empty_like(x)
-    with triton_compile.compile_only("sm_90"), fp.capture_triton_launches() as launches:
-        module.launch(x, y)
-    assert launches, "the launch was not recorded"
-    return fp.fingerprint(launches, [], {}, "unused")
+def _fingerprint(path: Path) -> str:
+    """Compiled in a fresh process: other tests run this one under TRITON_INTERPRET=1,
+    where triton.jit interprets and compiles nothing."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(path), path.stem],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
 
 
 def test_same_kernel_from_two_checkouts_and_shifted_lines_is_identical(tmp_path):
