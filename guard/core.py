@@ -377,13 +377,20 @@ def with_resource_changes(
         return comparison
     names = sorted({c.name for c in suite.cases})
     kernels_ = sorted({c.kernel for c in suite.cases})
+    from concurrent.futures import ThreadPoolExecutor
+
+    def collect(root: str) -> resources.ResourceReport:
+        return resources.collect_in_tree(
+            root, suite.source, arches, 300, kernels=kernels_, case_names=names
+        )
+
     try:
-        base = resources.collect_in_tree(
-            base_root, suite.source, arches, 300, kernels=kernels_, case_names=names
-        )
-        head = resources.collect_in_tree(
-            head_root, suite.source, arches, 300, kernels=kernels_, case_names=names
-        )
+        with ThreadPoolExecutor(max_workers=2) as pool:  # two child processes at once
+            base_future, head_future = (
+                pool.submit(collect, base_root),
+                pool.submit(collect, head_root),
+            )
+            base, head = base_future.result(), head_future.result()
     except GuardError as exc:
         note = f"compiler resources not compared: {shown(str(exc))}"
         return replace(comparison, notes=(*comparison.notes, note))
