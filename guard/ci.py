@@ -31,6 +31,7 @@ verdict, 3 infrastructure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -48,7 +49,7 @@ from guard import comment, core, policy, render, results, runner, text
 from guard.compare import Comparison, compare_runs
 from guard.errors import BadInput, ExitCode, GuardError
 from guard.outcome import CaseProfile, CheckVerdict, Outcome
-from guard.runner import Arm
+from guard.runner import Arm, Progress
 from guard.suite import Suite, load_suite
 
 OUTCOME_FILE = "meta.json"  # the name the comment workflow looks for in the artifact
@@ -237,47 +238,38 @@ def _profiles(comparison: Comparison, base_tree: Path, head_tree: Path) -> list[
 def measure(
     args: argparse.Namespace, base: str
 ) -> tuple[Comparison, list[str], list[CaseProfile]]:
-    """The paired comparison, the PR's policy changes, and profiles of regressions."""
+    """The paired comparison, the PR's policy changes, and profiles of regressions.
+
+    Judge mode (``--candidate-tree``): this checkout is the base; otherwise the base is
+    checked out in a temporary worktree and this checkout is the candidate. Either way
+    the suite is the base commit's."""
     opts = core.MeasureOptions(device=args.device, time_identical=args.time_identical)
-    tested = os.environ.get("TESTED_SHA", "")[:12] or "candidate"
-    if args.candidate_tree:
-        candidate = Path(args.candidate_tree).resolve()
-        if not (candidate / "kernels").is_dir():
-            raise BadInput(f"--candidate-tree {candidate}: no kernels/ folder there")
-        suite = core.open_suite(args.suite)
-        changes = policy_changes(suite, candidate / args.suite)
+    with contextlib.ExitStack() as stack:
+        if args.candidate_tree:
+            candidate = Path(args.candidate_tree).resolve()
+            if not (candidate / "kernels").is_dir():
+                raise BadInput(f"--candidate-tree {candidate}: no kernels/ folder there")
+            suite, theirs = core.open_suite(args.suite), candidate / args.suite
+            base_arm = Arm("baseline", None, base[:12])
+            tested = os.environ.get("TESTED_SHA", "")[:12] or "candidate"
+            cand_arm = Arm("candidate", str(candidate), tested)
+        else:
+            suite, theirs = _suite_at(base, args.suite), Path(args.suite)
+            tree = stack.enter_context(core.worktree(base))
+            base_arm = Arm("baseline", str(tree), base[:12])
+            cand_arm = Arm("candidate", None, "working tree")
+        changes = policy_changes(suite, theirs)
         if args.kernels:
             suite = suite.select(args.kernels)
-        comparison = core.compare_arms(
-            suite,
-            Arm("baseline", None, base[:12]),
-            Arm("candidate", str(candidate), tested),
-            opts=opts,
-            progress=_progress,
-        )
-        judge_root = Path(runner.local_kernels_root())
-        return comparison, changes, _profiles(comparison, judge_root, candidate)
-    suite = _suite_at(base, args.suite)
-    changes = policy_changes(suite, Path(args.suite))
-    if args.kernels:
-        suite = suite.select(args.kernels)
-    with core.worktree(base) as tree:
-        comparison = core.compare_arms(
-            suite,
-            Arm("baseline", str(tree), base[:12]),
-            Arm("candidate", None, "working tree"),
-            opts=opts,
-            progress=_progress,
-        )
-        profiles = _profiles(comparison, tree, Path(runner.local_kernels_root()))
-    return comparison, changes, profiles
+        comparison = core.compare_arms(suite, base_arm, cand_arm, opts=opts, progress=_progress)
+        roots = [Path(a.kernels_root or runner.local_kernels_root()) for a in (base_arm, cand_arm)]
+        return comparison, changes, _profiles(comparison, *roots)
+    raise AssertionError("unreachable")  # pragma: no cover  (the with block returns)
 
 
-def _progress(event: object) -> None:
-    phase = getattr(event, "phase", "")
-    if getattr(event, "case", "") == "" and getattr(event, "done", 0):
-        arm = getattr(event, "arm", "")
-        print(f"[perf-guard] {phase} {arm} round {getattr(event, 'round', 0)}", file=sys.stderr)
+def _progress(event: Progress) -> None:
+    if not event.case and event.done:  # a round ended
+        print(f"[perf-guard] {event.phase} {event.arm} round {event.round}", file=sys.stderr)
 
 
 def write_reports(

@@ -136,11 +136,13 @@ def read(path: Path) -> Outcome:
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise OutcomeFileError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
-        data = json.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        if isinstance(exc, OutcomeFileError):
-            raise
-        raise OutcomeFileError(f"{path}: not a readable JSON file ({exc})") from None
+        text = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OutcomeFileError(f"{path}: cannot read it ({exc})") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise OutcomeFileError(f"{path}: not JSON ({exc})") from None
     return Outcome.from_json(data, str(path))
 
 

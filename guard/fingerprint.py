@@ -143,9 +143,12 @@ def capture_device_kernels() -> Iterator[list[dict[str, Any]]]:
     try:
         prof.__enter__()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
     except Exception as exc:
-        failure: Exception | None = exc
-        yield kernels
-        raise CaptureFailed(f"the CUDA profiler did not start: {exc!r}") from failure
+        reason = repr(exc)
+    else:
+        reason = ""
+    if reason:
+        yield kernels  # the call still runs; only its fingerprint is unknown
+        raise CaptureFailed(f"the CUDA profiler did not start: {reason}")
     try:
         yield kernels
     finally:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from guard.errors import ExitCode  # standard library only, like this module
@@ -204,7 +204,6 @@ class Outcome:
     pr_number: int | None = None
     run_url: str = ""
     profiles: tuple[CaseProfile, ...] = ()  # ncu, base beside head, per regressed case
-    details: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def exit_code(self) -> ExitCode:

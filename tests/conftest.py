@@ -131,3 +131,29 @@ def tiny_suite(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(TINY_SUITE)
     return path
+
+
+def fault_suite(
+    tmp_path: Path,
+    kernels: list[str],
+    gate: list[str] | None = None,
+    timeout: float = 60,
+    rounds: int = 2,
+    *,
+    name: str = "faults",
+    samples: int = 3,
+) -> Path:
+    """A one-case CPU suite over ``kernels`` (the fault kernels of fault_kernels.py
+    among them); all of them gated unless ``gate`` says otherwise."""
+    import json
+
+    path = tmp_path / "suite.yaml"
+    path.write_text(
+        f"schema_version: 1\nname: {name}\n"
+        f"kernels: {json.dumps(kernels)}\ngate: {json.dumps(kernels if gate is None else gate)}\n"
+        'threshold: "median:10%"\n'
+        f"cpu_timing: {{rounds: {rounds}, max_rounds: {rounds}, samples_per_round: {samples},"
+        f" sample_target_ms: 1, warmup_ms: 1, case_timeout_s: {timeout}}}\n"
+        "cases:\n  - {shape: [1, 2, 24, 16], causal: true}\n"
+    )
+    return path

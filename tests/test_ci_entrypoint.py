@@ -272,14 +272,3 @@ def test_wrong_results_fail(repo: Repo, tmp_path: Path) -> None:
     assert r.code == 1, _why(r)
     assert r.outcome["verdict"] == "wrong-results"
     assert _case(r, DEMO_CASE)["verdict"] == "wrong"
-
-
-def test_the_outcome_file_is_what_the_comment_renders() -> None:
-    from guard import comment
-    from guard.outcome import Outcome
-
-    outcome = Outcome.from_json(
-        {"schema_version": 2, "verdict": "regression", "headline": "FAIL: 1", "gpu": "h100"}
-    )
-    body = comment.markdown([outcome])
-    assert body.startswith(comment.MARKER) and "h100" in body and "regression" in body

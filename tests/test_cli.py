@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TESTS
+from conftest import ROOT, TESTS, fault_suite
 
 from guard import results
 from guard.cli import main
@@ -20,23 +21,7 @@ from guard.cli import main
 FAULTS = ["--fault-module", "fault_kernels", "--worker-path", str(TESTS)]
 
 
-def suite_file(
-    tmp_path: Path,
-    kernels: list[str],
-    gate: list[str] | None = None,
-    timeout: float = 60,
-    rounds: int = 2,
-) -> Path:
-    path = tmp_path / "suite.yaml"
-    path.write_text(
-        "schema_version: 1\nname: cli\n"
-        f"kernels: {json.dumps(kernels)}\ngate: {json.dumps(gate or kernels)}\n"
-        'threshold: "median:10%"\n'
-        f"cpu_timing: {{rounds: {rounds}, max_rounds: {rounds}, samples_per_round: 5,"
-        f" sample_target_ms: 1, warmup_ms: 1, case_timeout_s: {timeout}}}\n"
-        "cases:\n  - {shape: [1, 2, 24, 16], causal: true}\n"
-    )
-    return path
+suite_file = functools.partial(fault_suite, name="cli", samples=5)
 
 
 def test_help_exits_zero(capsys):

@@ -9,6 +9,7 @@ broken guard from hanging the test.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, TESTS, make_case, make_run
+from conftest import ROOT, TESTS, fault_suite, make_case, make_run
 from test_cli import _git
 
 from guard import core, results
@@ -36,23 +37,7 @@ linux_only = pytest.mark.skipif(
 )
 
 
-def write_suite(
-    tmp_path: Path,
-    kernels: list[str],
-    gate: list[str] | None = None,
-    timeout: float = 60,
-    rounds: int = 2,
-) -> Path:
-    path = tmp_path / "suite.yaml"
-    path.write_text(
-        "schema_version: 1\nname: procs\n"
-        f"kernels: {json.dumps(kernels)}\ngate: {json.dumps(kernels if gate is None else gate)}\n"
-        'threshold: "median:10%"\n'
-        f"cpu_timing: {{rounds: {rounds}, max_rounds: {rounds}, samples_per_round: 3,"
-        f" sample_target_ms: 1, warmup_ms: 1, case_timeout_s: {timeout}}}\n"
-        "cases:\n  - {shape: [1, 2, 24, 16], causal: true}\n"
-    )
-    return path
+write_suite = functools.partial(fault_suite, name="procs")
 
 
 def _repo(tmp_path: Path) -> Path:
