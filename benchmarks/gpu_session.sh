@@ -18,6 +18,7 @@ phase() {  # name, timeout seconds, command...
   local rc=$?
   echo "--- $name: exit $rc in $((SECONDS - t0)) s"
   tail -n "${TAIL:-25}" "$OUT/$name.log"
+  return $rc
 }
 
 for p in "$@"; do
@@ -38,9 +39,21 @@ for p in "$@"; do
     guard)
       phase guard-run 540 python3 -m guard run --out "$OUT/run.json" --markdown "$OUT/run.md" ;;
     refresh)
+      [ -n "${GATE_FAILED:-}" ] && { echo "refresh skipped: the dispatch failed its checks"; continue; }
       phase refresh 540 python3 -m guard baseline refresh --dir "$OUT" --markdown "$OUT/refresh.md" ;;
     compare)
       phase compare 540 python3 -m guard compare --baselines baselines --out "$OUT/compare.json" --markdown "$OUT/compare.md" --html "$OUT/compare.html" ;;
+    gluon)  # the Gluon kernel against SDPA and the portable kernel (docs/PERFORMANCE.md)
+      TAIL=45 phase gluon "$(( ${GLUON_BUDGET:-220} + 20 ))" python3 benchmarks/bench_gluon.py \
+        --out "$OUT" --budget-s "${GLUON_BUDGET:-220}" --providers "${GLUON_PROVIDERS:-sdpa,triton,triton-portable,triton+gluon,gluon-ws,gluon-simple}" \
+        --unchecked "${GLUON_UNCHECKED:-triton-portable}" ;;
+    gluon-gate)  # exit 1 when a check of the dispatched kernel failed in the gluon phase
+      phase gluon-gate 30 python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; bad=[r for r in rows if r.get("kind")=="check" and r.get("name") in ("triton","triton+gluon") and not r.get("ok")]; n=sum(r.get("kind")=="check" and r.get("name") in ("triton","triton+gluon") for r in rows); print(f"{n-len(bad)}/{n} checks of the dispatch pass"); sys.exit(1 if bad or not n else 0)' "$OUT/results.jsonl" || GATE_FAILED=1 ;;
+    ncu-gluon)
+      phase ncu-gluon 150 python3 benchmarks/ncu_gluon.py --out "$OUT" --budget-s 60 ;;
+    pack)  # at most 8 files come back from a device call: all but the baselines in one tarball
+      (cd "$OUT" && tar czf /tmp/session.tgz --exclude='./nvidia-*.json' . \
+        && find . -mindepth 1 ! -name 'nvidia-*.json' -delete && mv /tmp/session.tgz .) ;;
     calibrate)
       phase calibrate "${CAL_LIMIT:-560}" python3 benchmarks/calibrate.py collect --out "$OUT" --seconds "${CAL_SECONDS:-500}" ;;
     *) echo "unknown phase $p" ;;

@@ -4,7 +4,10 @@
 # change, passed as --candidate-tree. Phases by name (each within a 10-minute call):
 #   same      an unchanged tree (identical kernels: decided without timing)
 #   timed     the unchanged tree, gated kernels timed anyway (--time-identical)
-#   ws-off    a planted regression: the Triton kernel's warp-specialized path off
+#   gluon-off a planted regression: the Gluon dispatch of hd-128 non-causal raised to
+#             S >= 4096, so (2, 8, 2048, 128) full goes back to the portable kernel
+#   ws-off    a planted regression in the portable kernel (its warp-specialized path
+#             off), measured with ATTN_GLUON=0 in both trees (the Triton kernel alone)
 #   ws-bursts the same PR measured in "bursts" (synchronized 1 ms samples, GPU idles)
 #   refresh   baseline refresh of this GPU under the current plan
 # Exit code, verdicts per case and wall time of each go to $OUT/<phase>.* and a line each.
@@ -15,11 +18,15 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTN_GUARD_CACHE=${ATTN_GUARD_CACHE:-/tmp/attn-guard-cache}
 export GPU_LABEL=${GPU_LABEL:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)}
 
-pr_tree() {  # name, then an optional sed expression applied to the Triton kernel
+pr_tree() {  # name, then optionally a sed expression and the file under kernels/ it edits
   local dir=/tmp/pr-$1
   rm -rf "$dir" && mkdir -p "$dir"
   cp -r kernels "$dir/"
-  [ -n "${2:-}" ] && sed -i "$2" "$dir/kernels/triton_flash_fwd.py"
+  if [ -n "${2:-}" ]; then
+    local file=$dir/kernels/${3:-triton_flash_fwd.py}
+    sed -i "$2" "$file"
+    cmp -s "$file" "kernels/${3:-triton_flash_fwd.py}" && echo "plant did not apply: $2" >&2
+  fi
   echo "$dir"
 }
 
@@ -43,15 +50,17 @@ PY
 }
 
 WS_OFF='s/os.environ.get(_WS_ENV, "1") == "0"/True/'
+GLUON_OFF='s/(128, False): (2048 \* 2048,/(128, False): (4096 * 4096,/'
 for p in "$@"; do
   case $p in
     same) check same "$(pr_tree same)" ;;
     timed) check timed "$(pr_tree timed)" --time-identical --kernels triton_flash cuda_flash sdpa ;;
-    ws-off) check ws-off "$(pr_tree ws-off "$WS_OFF")" --html ;;
+    gluon-off) check gluon-off "$(pr_tree gluon-off "$GLUON_OFF" gluon_flash_fwd.py)" --html ;;
+    ws-off) ATTN_GLUON=0 check ws-off "$(pr_tree ws-off "$WS_OFF")" ;;
     ws-bursts)
       sed 's/load: sustained/load: bursts/' suites/default.yaml > /tmp/bursts.yaml
       cp /tmp/bursts.yaml suites/bursts.yaml
-      check ws-bursts "$(pr_tree ws-bursts "$WS_OFF")" --suite suites/bursts.yaml
+      ATTN_GLUON=0 check ws-bursts "$(pr_tree ws-bursts "$WS_OFF")" --suite suites/bursts.yaml
       rm -f suites/bursts.yaml ;;
     refresh)
       t0=$SECONDS

@@ -30,8 +30,8 @@ fallback if specialization misbehaves.
 
 Inputs and limits.
 - sm_90 only (wgmma, TMA); the launcher of kernels/triton_flash_fwd.py dispatches
-  here only with ``ATTN_GLUON=1`` and only on shapes where it was measured faster
-  (``dispatch_ok``); everything else keeps the portable Triton kernel.
+  here only on shapes where it was measured faster (``FASTER``; never with
+  ``ATTN_GLUON=0``); everything else keeps the portable Triton kernel.
 - q: (batch, heads_q, seq_q, head_dim), k, v: (batch, heads_kv, seq_k, head_dim);
   fp16 or bf16; head_dim 64 or 128; 4-D TMA descriptors over the tensors as they
   are, so any strides with a unit last stride and 16-byte aligned rows and bases.
@@ -466,14 +466,15 @@ def _is_sm90(index: int) -> bool:
 # which variant: (head_dim, causal) -> (smallest seq_q * seq_k measured, variant,
 # config overrides). H200, 2026-11-26 (docs/notes/gluon-kernel.md, CUDA-graph medians,
 # three runs): hd 128 at S = 2048-16384 took 0.70-0.87x the Triton kernel's time (0.98x
-# once) and 0.80-1.00x cuDNN's; hd 64 causal at S = 1024 with the plain kernel and
-# 64-key tiles 0.90-0.94x Triton's (parity with cuDNN at 4x16x1024). hd 64 non-causal
-# is not listed: 0.90-0.94x Triton's device time at 1x16x1024, but the Gluon launch
-# costs 4-10 us more host time (four TMA descriptors encoded per call) on a shape whose
-# GPU time is 13 us. Shapes below the smallest measured product keep the Triton kernel.
+# once) and 0.80-1.00x cuDNN's; hd 64 at S = 1024 with the plain kernel 0.90-0.94x
+# Triton's (64-key tiles for causal; parity with cuDNN at 4x16x1024 causal, 0.93x at
+# 1x16x1024). The launch plan keeps encoded TMA descriptors, so the Gluon launch costs
+# no more host time than the Triton one. Shapes below the smallest measured product
+# keep the Triton kernel (launch-bound; it is ahead of cuDNN there).
 FASTER: dict[tuple[int, bool], tuple[int, str, dict[str, int]]] = {
     (128, False): (2048 * 2048, "ws", {}),
     (128, True): (2048 * 2048, "ws", {}),
+    (64, False): (1024 * 1024, "simple", {}),
     (64, True): (1024 * 1024, "simple", {"BLOCK_N": 64}),
 }
 
@@ -481,7 +482,7 @@ FASTER: dict[tuple[int, bool], tuple[int, str, dict[str, int]]] = {
 def dispatch_variant(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
 ) -> tuple[str, dict[str, int]] | None:
-    """(variant, config overrides) ``flash_attention_fwd`` takes (ATTN_GLUON=1), or None."""
+    """(variant, config overrides) ``flash_attention_fwd`` takes on sm_90, or None."""
     entry = FASTER.get((q.shape[-1], causal))
     if entry is None or q.shape[2] * k.shape[2] < entry[0]:
         return None
@@ -489,9 +490,9 @@ def dispatch_variant(
 
 
 class _Desc:
-    # What triton's launcher reads from a host TensorDescriptor on each call (it
-    # encodes the CUtensorMap itself): the same fields without TensorDescriptor's
-    # per-call checks, which the first call of a key already ran.
+    # What triton's launcher reads from a host TensorDescriptor (it encodes the
+    # CUtensorMap itself): the same fields without TensorDescriptor's per-call checks,
+    # which the first call of a key already ran.
     __slots__ = ("base", "padding", "shape", "strides")
 
     def __init__(self, base: torch.Tensor, shape: list[int], strides: list[int]) -> None:
@@ -500,37 +501,93 @@ class _Desc:
 
 # A tensor's (shape, strides), as a TMA descriptor takes them.
 _Geometry = tuple[list[int], list[int]]
+# A descriptor as the raw launcher takes it: (CUtensorMap, *shape, *strides).
+_Encoded = tuple[object, ...]
+_Encoder = Callable[[_Desc, int], _Encoded]  # (descriptor, slot) -> encoded
+_MAPS_PER_SLOT = 64  # encoded descriptors kept per tensor slot (addresses recur)
 
 
 class _Plan:
-    """A compiled Gluon launch, repeatable on new tensors of the same key."""
+    """A compiled Gluon launch, repeatable on new tensors of the same key.
 
-    __slots__ = ("device", "device_index", "dtype", "function", "geometry", "grid", "launcher",
-                 "metadata", "shape", "stream", "tail")  # fmt: skip
-    launcher: Callable[..., object]  # the compiled kernel's CudaLauncher
-    function: object  # the compiled kernel's handle
-    metadata: object  # its packed metadata
+    Encoding a CUtensorMap costs ~2.5 us on the host, four per call. Within a plan
+    only the base address changes (geometry, dtype, block and swizzle are the key's),
+    so the encoded descriptors are kept per address and the compiled kernel's raw
+    launcher gets them directly; torch's caching allocator hands the same addresses
+    out again, so steady eager calls encode nothing.
+    """
+
+    __slots__ = ("device", "device_index", "dtype", "encode", "geometry", "grid", "head",
+                 "launch", "maps", "shape", "stream", "tail")  # fmt: skip
+    launch: Callable[..., object]  # the raw launcher (descriptors pre-encoded)
+    encode: _Encoder
+    head: tuple[object, ...]  # the raw launcher's arguments after the stream
     grid: tuple[int, ...]
     tail: Scalars
     geometry: tuple[_Geometry, ...]  # of q, k, v, out
+    maps: tuple[dict[int, _Encoded], ...]  # per slot: address -> encoded descriptor
     shape: torch.Size
     dtype: torch.dtype
     device: torch.device
     device_index: int
     stream: Callable[[int], int]  # triton_flash_fwd._cuda_stream
 
+    def _encoded(self, slot: int, t: torch.Tensor) -> _Encoded:
+        maps = self.maps[slot]
+        encoded = maps.get(t.data_ptr())
+        if encoded is None:
+            if len(maps) >= _MAPS_PER_SLOT:
+                maps.clear()
+            shape, strides = self.geometry[slot]
+            encoded = maps[t.data_ptr()] = self.encode(_Desc(t, shape, strides), slot)
+        return encoded
+
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None
     ) -> torch.Tensor:
         if out is None:
             out = torch.empty(self.shape, dtype=self.dtype, device=self.device)
-        (qs, qt), (ks, kt), (vs, vt), (os_, ot) = self.geometry
-        self.launcher(
-            *self.grid, self.stream(self.device_index), self.function, self.metadata,
-            None, None, None, _Desc(q, qs, qt), _Desc(k, ks, kt), _Desc(v, vs, vt),
-            _Desc(out, os_, ot), *self.tail,
+        self.launch(
+            *self.grid, self.stream(self.device_index), *self.head,
+            *self._encoded(0, q), *self._encoded(1, k), *self._encoded(2, v),
+            *self._encoded(3, out), *self.tail,
         )  # fmt: skip
         return out
+
+
+def _raw_launcher(launcher: Any) -> tuple[Callable[..., object], _Encoder] | None:
+    """(raw launcher, descriptor encoder) of triton 3.6's CudaLauncher, or None.
+
+    ``CudaLauncher.launch`` wraps the C launcher in a closure that encodes every host
+    descriptor on every call (``wrap_handle_tensordesc``); the raw launcher and the
+    per-descriptor metadata live in that closure. Anything unexpected (another triton,
+    scratch buffers, a descriptor lowered without TMA metadata) returns None and the
+    plan keeps the wrapped launcher.
+    """
+    try:
+        from triton.backends.nvidia.driver import make_tensordesc_arg
+    except ImportError:
+        return None
+    wrapped = getattr(launcher, "launch", None)
+    code, closure = getattr(wrapped, "__code__", None), getattr(wrapped, "__closure__", None)
+    if code is None or not closure:
+        return None
+    cells = dict(zip(code.co_freevars, (cell.cell_contents for cell in closure), strict=False))
+    raw, meta = cells.get("launcher"), cells.get("tensordesc_meta")
+    if (
+        not callable(raw)
+        or not isinstance(meta, list)
+        or len(meta) != 4
+        or any(not isinstance(m, dict) for m in meta)
+        or getattr(launcher, "global_scratch_size", 1) != 0
+        or getattr(launcher, "profile_scratch_size", 1) != 0
+    ):
+        return None
+
+    def encode(desc: _Desc, slot: int) -> _Encoded:
+        return tuple(make_tensordesc_arg(desc, meta[slot]))
+
+    return raw, encode
 
 
 def _make_plan(
@@ -544,11 +601,22 @@ def _make_plan(
         return None
     if not torch.cuda.is_available():  # a compile-only driver (compile_report.py)
         return None
+    launcher = kernel.run  # loads the module
+    raw = _raw_launcher(launcher)
+    if raw is None:
+        return None
     plan = _Plan()
-    plan.launcher = kernel.run  # loads the module; CudaLauncher encodes the descriptors
-    plan.function, plan.metadata = kernel.function, kernel.packed_metadata
+    plan.launch, plan.encode = raw
+    # The C entry point's arguments between the stream and the kernel's: function,
+    # cooperative, pdl, the two scratch buffers (none), metadata, launch metadata and
+    # the two hooks (none: _no_launch_hooks).
+    plan.head = (
+        kernel.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
+        None, None, kernel.packed_metadata, None, None, None,
+    )  # fmt: skip
     plan.grid, plan.tail = tuple(grid), tuple(tail)
     plan.geometry = tuple((list(t.shape), list(t.stride())) for t in tensors)
+    plan.maps = ({}, {}, {}, {})
     q = tensors[0]
     plan.shape, plan.dtype, plan.device = q.shape, q.dtype, q.device
     plan.device_index, plan.stream = tf._cuda_device(), tf._cuda_stream

@@ -35,8 +35,9 @@ Launch. The first call of each key (shapes, strides, dtypes, devices, pointer
 alignment, causal, scale, out) validates, picks the config and launches through
 ``JITFunction.run``; it keeps a ``_Plan`` (the compiled kernel's launcher, grid and
 scalar arguments) that later calls of that key use directly: 13-14 us of host time per
-call instead of 51-55 (SDPA: 17-18), H200. With ``ATTN_GLUON=1`` on sm_90, the shapes
-where the Gluon kernel of ``kernels/gluon_flash_fwd.py`` was measured faster go there.
+call instead of 51-55 (SDPA: 17-18), H200. On sm_90 the shapes where the Gluon kernel
+of ``kernels/gluon_flash_fwd.py`` was measured faster go there (``ATTN_GLUON=0`` keeps
+every call on this file's kernel).
 
 Configs. By default the launcher uses ``PINNED[(arch, head_dim, causal)]``; with
 ``ATTN_TRITON_AUTOTUNE=1`` it autotunes over ``CONFIGS`` (pruned to what fits the
@@ -718,7 +719,7 @@ def _env_reader() -> Callable[[str], str | None]:
 
 
 _getenv = _env_reader()
-_GLUON_ENV = "ATTN_GLUON"  # "1": the Gluon Hopper kernel where it is known to be faster
+_GLUON_ENV = "ATTN_GLUON"  # "0": no Gluon Hopper kernel, even where it is known faster
 
 # The CUDA calls that triton's own launcher makes, without torch.cuda's Python layers:
 # the current device's index, and the raw current stream of a device index.
@@ -896,8 +897,8 @@ def flash_attention_fwd(
 
     The first call of each (shapes, strides, dtypes, devices, alignments, causal, scale,
     out) key validates and compiles; later calls of that key reuse its launch plan
-    (see ``_Plan``). With ``ATTN_GLUON=1`` on sm_90 the Gluon kernel of
-    ``kernels/gluon_flash_fwd.py`` takes the calls that it is measured faster on.
+    (see ``_Plan``). On sm_90 the Gluon kernel of ``kernels/gluon_flash_fwd.py``
+    takes the calls that it is measured faster on (unless ``ATTN_GLUON=0``).
     """
     key = _plan_key(q, k, v, causal, scale, out)
     if key is not None:
@@ -917,7 +918,7 @@ def flash_attention_fwd(
     if _getenv(_AUTOTUNE_ENV) == "1":
         _launch(q, k, v, out, causal, scale, None)
     elif (
-        _getenv(_GLUON_ENV) == "1"
+        _getenv(_GLUON_ENV) != "0"
         and (gluon := _gluon_module()) is not None
         and (choice := gluon.dispatch_variant(q, k, v, out, causal)) is not None
     ):
