@@ -37,7 +37,7 @@ check() {  # phase, tree, extra guard.ci args...
     --candidate-tree "$tree" --out-dir "$OUT/$phase" "$@" > "$OUT/$phase.log" 2>&1
   local rc=$?
   echo "=== $phase: exit $rc in $((SECONDS - t0)) s"
-  python3 - "$OUT/$phase/outcome.json" <<'PY'
+  python3 - "$OUT/$phase/meta.json" <<'PY'
 import json, sys
 o = json.load(open(sys.argv[1]))
 print(" ", o["headline"])

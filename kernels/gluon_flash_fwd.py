@@ -479,14 +479,22 @@ FASTER: dict[tuple[int, bool], tuple[int, str, dict[str, int]]] = {
 }
 
 
+def faster_variant(
+    head_dim: int, causal: bool, seq_q: int, seq_k: int
+) -> tuple[str, dict[str, int]] | None:
+    """(variant, config overrides) that ``FASTER`` names for a workload, or None."""
+    entry = FASTER.get((head_dim, causal))
+    if entry is None or seq_q * seq_k < entry[0]:
+        return None
+    return entry[1], entry[2]
+
+
 def dispatch_variant(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
 ) -> tuple[str, dict[str, int]] | None:
     """(variant, config overrides) ``flash_attention_fwd`` takes on sm_90, or None."""
-    entry = FASTER.get((q.shape[-1], causal))
-    if entry is None or q.shape[2] * k.shape[2] < entry[0]:
-        return None
-    return (entry[1], entry[2]) if supports(q, k, v, out) else None
+    choice = faster_variant(q.shape[-1], causal, q.shape[2], k.shape[2])
+    return choice if choice is not None and supports(q, k, v, out) else None
 
 
 class _Desc:

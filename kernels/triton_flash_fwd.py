@@ -943,6 +943,10 @@ def flash_attention_fwd(
 class _Gluon(Protocol):
     """What the launcher uses of ``kernels.gluon_flash_fwd``."""
 
+    def faster_variant(
+        self, head_dim: int, causal: bool, seq_q: int, seq_k: int
+    ) -> tuple[str, dict[str, int]] | None: ...
+
     def dispatch_variant(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
     ) -> tuple[str, dict[str, int]] | None: ...

@@ -7,10 +7,12 @@ picks the config and code path that ``flash_attention_fwd`` would pick on a GPU 
 workload's shapes, and returns one record per compiled kernel: registers, spills,
 shared memory, warps, stages, grid, config and path.
 
-``launch_plan`` mirrors the launcher's choice (``flash_attention_fwd``, ``ws_config``,
-``_pinned_for``, the ``OutOfResources`` fallback) from the same tables (``PINNED``,
-``WS_PINNED``, ``WS_MIN_SEQ_K``, ``smem_bytes``), with the device queries replaced by
-the arch's figures; a change to the launcher's decision must be made here too.
+``launch_plan`` mirrors the launcher's choice (``flash_attention_fwd``: the Gluon
+kernel on sm_90 where ``gluon_flash_fwd.FASTER`` sends it, then ``ws_config``,
+``_pinned_for``, the ``OutOfResources`` fallback) from the same tables (``FASTER``,
+``PINNED``, ``WS_PINNED``, ``WS_MIN_SEQ_K``, ``smem_bytes``), with the device queries
+replaced by the arch's figures; a change to the launcher's decision must be made here
+too.
 Not mirrored: ``ATTN_TRITON_AUTOTUNE=1`` (an autotuned choice needs timing on the GPU)
 and misaligned inputs (the guard's inputs are fresh contiguous tensors).
 """
@@ -31,6 +33,7 @@ from kernels.triton_compile import compile_only, kernel_record, max_shared_bytes
 
 POINTER = "pointer"  # pointer loads pipelined with cp.async
 TMA_WS = "tma_ws"  # TMA tensor descriptors + automatic warp specialization (sm_90)
+GLUON = "gluon"  # kernels/gluon_flash_fwd.py (sm_90): "gluon-ws", "gluon-simple", ...
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,23 @@ class LaunchPlan:
     config: triton.Config
     path: str
     source: str  # where the config comes from: "PINNED[sm_90]", "WS_PINNED", "fallback"
+
+
+@dataclass(frozen=True)
+class GluonPlan:
+    variant: str  # gluon_flash_fwd.VARIANTS
+    overrides: dict[str, int]  # FASTER's config overrides
+
+
+def gluon_plan(
+    arch: str, head_dim: int, causal: bool, seq_q: int, seq_k: int
+) -> GluonPlan | None:
+    """The Gluon kernel's variant when ``flash_attention_fwd`` sends this workload there."""
+    if parse_arch(arch) != 90 or os.environ.get(tf._GLUON_ENV) == "0":
+        return None
+    gluon = tf._gluon_module()
+    choice = None if gluon is None else gluon.faster_variant(head_dim, causal, seq_q, seq_k)
+    return None if choice is None else GluonPlan(choice[0], dict(choice[1]))
 
 
 def _pinned(capability: int, head_dim: int, causal: bool, elem_size: int) -> LaunchPlan:
@@ -105,6 +125,9 @@ def resources(params: Mapping[str, Any], arch: str) -> list[ResourceRecord]:
     v = torch.empty_like(k)
     out = torch.empty_like(q)
     scale = head_dim**-0.5
+    gluon = gluon_plan(arch, head_dim, causal, seq_q, seq_k)
+    if gluon is not None:
+        return _gluon_resources(gluon, arch, (q, k, v, out), causal, scale)
     plan = launch_plan(arch, head_dim, causal, seq_k, q.element_size())
     with compile_only(arch) as launches:
         tf._launch(q, k, v, out, causal, scale, plan.config, ws=plan.path == TMA_WS)
@@ -115,5 +138,31 @@ def resources(params: Mapping[str, Any], arch: str) -> list[ResourceRecord]:
             tf._launch(q, k, v, out, causal, scale, plan.config)
         return [
             kernel_record(launch, arch, config=_config_dict(plan), path=plan.path)
+            for launch in launches
+        ]
+
+
+def _gluon_resources(
+    plan: GluonPlan,
+    arch: str,
+    tensors: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    causal: bool,
+    scale: float,
+) -> list[ResourceRecord]:
+    from kernels import gluon_flash_fwd as gf
+
+    q, k, v, out = tensors
+    cfg = gf.config(q.shape[-1], causal, plan.variant, **plan.overrides)
+    config: dict[str, int | str] = {
+        "variant": plan.variant,
+        "BLOCK_N": cfg["BLOCK_N"],
+        "STAGES": cfg["STAGES"],
+        "num_warps": cfg["num_warps"],
+        "source": "gluon_flash_fwd.FASTER",
+    }
+    with compile_only(arch) as launches:
+        gf.launch(q, k, v, out, causal, scale, plan.variant, **plan.overrides)
+        return [
+            kernel_record(launch, arch, config=config, path=f"{GLUON}-{plan.variant}")
             for launch in launches
         ]

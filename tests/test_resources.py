@@ -262,10 +262,11 @@ def test_triton_kernel_compiles_for_sm90_and_sm89_without_a_gpu(
     suite_file.write_text(
         "schema_version: 1\nname: t\nkernels: [triton_flash, sdpa]\n"
         "cases:\n  - {shape: [1, 2, 128, 64], causal: false}\n"
+        "  - {shape: [1, 2, 2048, 128], causal: true}\n"
     )
     report = collect_in_tree(ROOT, suite_file, ["sm_90", "sm_89"], timeout_s=600)
-    case_id = "triton_flash/b1-h2-s128-d64-full"
-    assert list(report.cases) == [case_id], report.skipped
+    case_id, gluon_id = "triton_flash/b1-h2-s128-d64-full", "triton_flash/b1-h2-s2048-d128-causal"
+    assert sorted(report.cases) == [case_id, gluon_id], report.skipped
     assert report.skipped == {}
     assert report.tree == str(ROOT)
     by_arch = {r.arch: r for r in report.cases[case_id]}
@@ -282,6 +283,14 @@ def test_triton_kernel_compiles_for_sm90_and_sm89_without_a_gpu(
         assert res.config["BLOCK_N"] == config.kwargs["BLOCK_N"]
         assert res.grid == (-(-128 // config.kwargs["BLOCK_M"]), 2, 1)
         assert res.toolchain.startswith("triton ")
+    # On sm_90 the launcher sends this workload to the Gluon kernel (FASTER): the record
+    # describes that kernel, not the portable one sm_89 compiles.
+    gluon = {r.arch: r for r in report.cases[gluon_id]}
+    assert gluon["sm_90"].kernel == "_attn_fwd_ws" and gluon["sm_90"].path == "gluon-ws"
+    assert gluon["sm_90"].config["source"] == "gluon_flash_fwd.FASTER"
+    assert gluon["sm_90"].grid == (2048 // 128, 2, 1)
+    assert gluon["sm_90"].spill_bytes == 0
+    assert gluon["sm_89"].kernel == "_attn_fwd" and gluon["sm_89"].path == "pointer"
 
 
 def test_collect_in_tree_times_out_cleanly(tmp_path: Path) -> None:
