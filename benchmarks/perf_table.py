@@ -38,6 +38,7 @@ def table(path: str) -> str:
         *[f"{k}/sdpa" for k in OURS],
         *[f"{k} TFLOPS" for k in OURS],
         "sdpa TFLOPS",
+        "host µs per eager call (triton_flash / sdpa)",
     ]
     lines = [
         f"{env.gpu_name} · driver {env.driver} · torch {env.torch} · triton {env.triton} · "
