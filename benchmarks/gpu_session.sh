@@ -45,7 +45,7 @@ for p in "$@"; do
       phase compare 540 python3 -m guard compare --baselines baselines --out "$OUT/compare.json" --markdown "$OUT/compare.md" --html "$OUT/compare.html" ;;
     gluon)  # the Gluon kernel against SDPA and the portable kernel (docs/PERFORMANCE.md)
       TAIL=45 phase gluon "$(( ${GLUON_BUDGET:-220} + 20 ))" python3 benchmarks/bench_gluon.py \
-        --out "$OUT" --budget-s "${GLUON_BUDGET:-220}" --providers "${GLUON_PROVIDERS:-sdpa,triton,triton-portable,triton+gluon,gluon-ws,gluon-simple}" \
+        --out "$OUT" --budget-s "${GLUON_BUDGET:-220}" --providers "${GLUON_PROVIDERS:-sdpa,triton,triton-portable,triton+gluon,gluon-ws,gluon-simple,gluon-simple-overlap:hd=64,gluon-simple-overlap:BLOCK_N=64:hd=64}" \
         --unchecked "${GLUON_UNCHECKED:-triton-portable}" ;;
     gluon-gate)  # exit 1 when a check of the dispatched kernel failed in the gluon phase
       phase gluon-gate 30 python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; bad=[r for r in rows if r.get("kind")=="check" and r.get("name") in ("triton","triton+gluon") and not r.get("ok")]; n=sum(r.get("kind")=="check" and r.get("name") in ("triton","triton+gluon") for r in rows); print(f"{n-len(bad)}/{n} checks of the dispatch pass"); sys.exit(1 if bad or not n else 0)' "$OUT/results.jsonl" || GATE_FAILED=1 ;;

@@ -26,7 +26,10 @@ store, which clips rows past seq_q.
 ``_attn_fwd_simple`` is the plain version of the same kernel (no warp
 specialization, one warpgroup of 64 rows, a TMA ring refilled by the consumer, no
 overlap inside the warpgroup): the reference for the pipelined one, and the
-fallback if specialization misbehaves.
+fallback if specialization misbehaves. Variant ``simple-overlap`` gives it FA3's
+intra-warpgroup overlap (the softmax of tile j under P_{j-1}·V_{j-1}) for the hd-64
+causal shapes, where 128-row CTAs waste half of each diagonal tile; compiled in CI,
+not yet measured on a GPU, so not in ``FASTER``.
 
 Inputs and limits.
 - sm_90 only (wgmma, TMA); the launcher of kernels/triton_flash_fwd.py dispatches
@@ -73,7 +76,7 @@ if TYPE_CHECKING:
 _ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma per matmul
 ROWS = gl.constexpr(_ROWS)
 SUPPORTED_HEAD_DIMS = (64, 128)
-VARIANTS = ("ws", "ws-pingpong", "simple")
+VARIANTS = ("ws", "ws-pingpong", "simple", "simple-overlap")
 
 
 # ----------------------------------------------------------------------------------------
@@ -312,11 +315,25 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # t
 
 
 @gluon.jit
-def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # type: ignore[no-untyped-def]
-                     CAUSAL: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+def _refill(k_desc, v_desc, k_smem, v_smem, ready, b, hk, tile, n_tiles, s):  # type: ignore[no-untyped-def]
+    # Load key tile ``tile`` (if it exists) into ring slot ``s``, whose reads retired.
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    dtype: gl.constexpr = q_desc.dtype
+    kv_bytes: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
+    pred = tile < n_tiles
+    mbarrier.expect(ready.index(s), kv_bytes, pred=pred)
+    tma.async_copy_global_to_shared(k_desc, [b, hk, tile * BLOCK_N, 0], ready.index(s),
+                                    k_smem.index(s), pred=pred)  # fmt: skip
+    tma.async_copy_global_to_shared(v_desc, [b, hk, tile * BLOCK_N, 0], ready.index(s),
+                                    v_smem.index(s), pred=pred)  # fmt: skip
+
+
+@gluon.jit
+def _simple_serial(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b, hk, row0,  # type: ignore[no-untyped-def]
+                   n_tiles, n_full, CAUSAL: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    # Q·K_j^T, softmax, P_j·V_j, one after the other.
+    HEAD_DIM: gl.constexpr = q.shape[1]
+    BLOCK_N: gl.constexpr = k_smem.shape[3]
+    dtype: gl.constexpr = k_desc.dtype
     qk_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -324,6 +341,103 @@ def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, 
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, qk_layout))
+    l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, qk_layout))
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+    zero_qk = gl.zeros([ROWS, BLOCK_N], gl.float32, qk_layout)
+    for j in range(n_tiles):
+        s = j % STAGES
+        mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+        k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        qk = warpgroup_mma(q, k_t, zero_qk, use_acc=False, is_async=True)
+        qk = warpgroup_mma_wait(0, deps=(qk,))
+        if j >= n_full:
+            qk = _mask(qk, j * BLOCK_N, row0, seq_k, CAUSAL)
+            p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
+        else:
+            p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        p16 = gl.convert_layout(p.to(dtype), p_layout)
+        acc = warpgroup_mma(p16, v_smem.index(s).reshape([BLOCK_N, HEAD_DIM]), acc,
+                            is_async=True)  # fmt: skip
+        acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
+        # Both wgmmas of this warpgroup (the only one) have read slot s: refill it.
+        _refill(k_desc, v_desc, k_smem, v_smem, ready, b, hk, j + STAGES, n_tiles, s)
+    return acc, l_i
+
+
+@gluon.jit
+def _simple_overlapped(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b, hk,  # type: ignore[no-untyped-def]
+                       row0, n_tiles, n_full,
+                       CAUSAL: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    # FA3's intra-warpgroup overlap with one warpgroup: Q·K_j^T and P_{j-1}·V_{j-1} are
+    # issued together; the softmax of tile j runs while P_{j-1}·V_{j-1} is still on
+    # the tensor cores (as _consumer does, with the ring refilled here).
+    HEAD_DIM: gl.constexpr = q.shape[1]
+    BLOCK_N: gl.constexpr = k_smem.shape[3]
+    dtype: gl.constexpr = k_desc.dtype
+    qk_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    zero_qk = gl.zeros([ROWS, BLOCK_N], gl.float32, qk_layout)
+
+    mbarrier.wait(ready.index(0), 0)
+    qk = warpgroup_mma(q, k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
+                       zero_qk, use_acc=False, is_async=True)  # fmt: skip
+    qk = warpgroup_mma_wait(0, deps=(qk,))
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, qk_layout))
+    l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, qk_layout))
+    if n_full == 0:
+        qk = _mask(qk, 0, row0, seq_k, CAUSAL)
+        p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
+    else:
+        p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+    p16 = gl.convert_layout(p.to(dtype), p_layout)
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+
+    for j in range(1, n_tiles):
+        s = j % STAGES
+        sp = (j - 1) % STAGES
+        mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+        qk = warpgroup_mma(q, k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
+                           zero_qk, use_acc=False, is_async=True)  # fmt: skip
+        acc = warpgroup_mma(p16, v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM]), acc,
+                            is_async=True)  # fmt: skip
+        # wgmma groups retire in order: one outstanding = Q·K_j^T done, P·V in flight.
+        qk = warpgroup_mma_wait(1, deps=(qk,))
+        if j >= n_full:
+            qk = _mask(qk, j * BLOCK_N, row0, seq_k, CAUSAL)
+            p, m_new, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
+        else:
+            p, m_new, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+        acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
+        # Slot sp's K (Q·K_{j-1}^T) and V (P_{j-1}·V_{j-1}) reads have retired.
+        _refill(k_desc, v_desc, k_smem, v_smem, ready, b, hk, j - 1 + STAGES, n_tiles, sp)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        p16 = gl.convert_layout(p.to(dtype), p_layout)
+        m_i = m_new
+
+    sl = (n_tiles - 1) % STAGES
+    acc = warpgroup_mma(p16, v_smem.index(sl).reshape([BLOCK_N, HEAD_DIM]), acc,
+                        is_async=True)  # fmt: skip
+    acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
+    return acc, l_i
+
+
+@gluon.jit
+def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # type: ignore[no-untyped-def]
+                     CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                     OVERLAP: gl.constexpr):  # fmt: skip
+    HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    dtype: gl.constexpr = q_desc.dtype
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
     if CAUSAL:
         pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
     else:
@@ -343,48 +457,24 @@ def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, 
     mbarrier.init(q_bar, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-    kv_bytes: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
 
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [b, h, row0, 0], q_bar, q_smem)
     for i in gl.static_range(STAGES):
-        pred = i < n_tiles
-        mbarrier.expect(ready.index(i), kv_bytes, pred=pred)
-        tma.async_copy_global_to_shared(k_desc, [b, hk, i * BLOCK_N, 0], ready.index(i),
-                                        k_smem.index(i), pred=pred)  # fmt: skip
-        tma.async_copy_global_to_shared(v_desc, [b, hk, i * BLOCK_N, 0], ready.index(i),
-                                        v_smem.index(i), pred=pred)  # fmt: skip
+        _refill(k_desc, v_desc, k_smem, v_smem, ready, b, hk, i, n_tiles, i)
 
-    m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, qk_layout))
-    l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, qk_layout))
-    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
-    zero_qk = gl.zeros([ROWS, BLOCK_N], gl.float32, qk_layout)
     mbarrier.wait(q_bar, 0)
     q = q_smem.reshape([ROWS, HEAD_DIM])
-    for j in range(n_tiles):
-        s = j % STAGES
-        mbarrier.wait(ready.index(s), (j // STAGES) & 1)
-        k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-        qk = warpgroup_mma(q, k_t, zero_qk, use_acc=False, is_async=True)
-        qk = warpgroup_mma_wait(0, deps=(qk,))
-        if j >= n_full:
-            qk = _mask(qk, j * BLOCK_N, row0, seq_k, CAUSAL)
-            p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
-        else:
-            p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        p16 = gl.convert_layout(p.to(dtype), p_layout)
-        acc = warpgroup_mma(p16, v_smem.index(s).reshape([BLOCK_N, HEAD_DIM]), acc,
-                            is_async=True)  # fmt: skip
-        acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
-        # Both wgmmas of this warpgroup (the only one) have read slot s: refill it.
-        nxt = j + STAGES
-        pred = nxt < n_tiles
-        mbarrier.expect(ready.index(s), kv_bytes, pred=pred)
-        tma.async_copy_global_to_shared(k_desc, [b, hk, nxt * BLOCK_N, 0], ready.index(s),
-                                        k_smem.index(s), pred=pred)  # fmt: skip
-        tma.async_copy_global_to_shared(v_desc, [b, hk, nxt * BLOCK_N, 0], ready.index(s),
-                                        v_smem.index(s), pred=pred)  # fmt: skip
+    if OVERLAP:
+        acc, l_i = _simple_overlapped(
+            q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b, hk, row0, n_tiles,
+            n_full, CAUSAL, STAGES,
+        )  # fmt: skip
+    else:
+        acc, l_i = _simple_serial(
+            q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b, hk, row0, n_tiles,
+            n_full, CAUSAL, STAGES,
+        )  # fmt: skip
     _store_out(acc, l_i, q_smem, o_desc, b, h, row0, o_layout)
 
 
@@ -404,7 +494,7 @@ def config(head_dim: int, causal: bool, variant: str = "ws", **overrides: int) -
     240 / 24-56. No spills (tests/test_gluon_compile.py).
     """
     del causal  # same tiles for both (FA3 narrows BLOCK_N for causal hd 128: 128 vs 176)
-    if variant == "simple":
+    if variant.startswith("simple"):
         cfg = {"BLOCK_N": 64 if head_dim == 128 else 128, "STAGES": 3, "num_warps": 4}
     else:
         cfg = {
@@ -648,9 +738,9 @@ def launch(
     q_desc, o_desc = _descriptor(q, _ROWS), _descriptor(out, _ROWS)
     k_desc, v_desc = _descriptor(k, cfg["BLOCK_N"]), _descriptor(v, cfg["BLOCK_N"])
     scalars = (scale * math.log2(math.e), seq_k, heads_q // k.shape[1])
-    if variant == "simple":
+    if variant.startswith("simple"):
         grid = (triton.cdiv(seq_q, _ROWS), heads_q, batch)
-        constexprs: Scalars = (causal, cfg["STAGES"])
+        constexprs: Scalars = (causal, cfg["STAGES"], variant == "simple-overlap")
         kernel = _attn_fwd_simple[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs, num_warps=cfg["num_warps"]
         )
@@ -681,8 +771,9 @@ def flash_attention_fwd(
     Same arguments, checks (``ValueError`` naming the argument) and causal alignment
     as ``kernels.triton_flash_fwd.flash_attention_fwd``: q (batch, heads_q, seq_q,
     head_dim), k and v (batch, heads_kv, seq_k, head_dim), causal TOP-LEFT aligned.
-    ``variant``: "ws" (warp-specialized), "ws-pingpong" (plus the scheduler barrier)
-    or "simple"; ``overrides`` replace entries of ``config`` (BLOCK_N, STAGES, ...).
+    ``variant``: "ws" (warp-specialized), "ws-pingpong" (plus the scheduler barrier),
+    "simple" or "simple-overlap"; ``overrides`` replace entries of ``config``
+    (BLOCK_N, STAGES, ...).
     Raises ``ValueError`` for inputs this kernel cannot take (head_dim, empty
     sequences, TMA alignment, not sm_90). No launch-plan cache here (a tuning entry).
     """
