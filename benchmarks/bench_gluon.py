@@ -70,7 +70,9 @@ TIMES = [
 ]
 
 # In order of need: the baseline, then the kernel under test, its fallback, the rest.
-PROVIDERS = ["sdpa", "gluon-ws", "gluon-simple", "triton", "gluon-simple-overlap", "gluon-ws-pingpong"]
+PROVIDERS = [
+    "sdpa", "gluon-ws", "gluon-simple", "triton", "gluon-simple-overlap", "gluon-ws-pingpong"
+]
 # "triton": kernels.triton_flash_fwd.flash_attention_fwd as users get it (on sm_90 it
 # dispatches to Gluon where measured faster); "triton-portable": the same with
 # ATTN_GLUON=0 (the portable Triton kernel only); "triton+gluon": the dispatch, each
