@@ -48,12 +48,13 @@ for p in "$@"; do
         --out "$OUT" --budget-s "${GLUON_BUDGET:-220}" --providers "${GLUON_PROVIDERS:-sdpa,triton,triton-portable,triton+gluon,gluon-ws,gluon-simple,gluon-simple-overlap:hd=64,gluon-simple-overlap:BLOCK_N=64:hd=64}" \
         --unchecked "${GLUON_UNCHECKED:-triton-portable}" ;;
     gluon-gate)  # exit 1 when a check of the dispatched kernel failed in the gluon phase
-      phase gluon-gate 30 python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; bad=[r for r in rows if r.get("kind")=="check" and r.get("name") in ("triton","triton+gluon") and not r.get("ok")]; n=sum(r.get("kind")=="check" and r.get("name") in ("triton","triton+gluon") for r in rows); print(f"{n-len(bad)}/{n} checks of the dispatch pass"); sys.exit(1 if bad or not n else 0)' "$OUT/results.jsonl" || GATE_FAILED=1 ;;
+      phase gluon-gate 30 python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; mine=[r for r in rows if r.get("name") in ("triton","triton+gluon")]; bad=[r for r in mine if not r.get("ok") or r.get("error")]; n=sum(r.get("kind")=="check" for r in mine); print(f"{len(mine)-len(bad)}/{len(mine)} checks and timed-output checks of the dispatch pass ({n} checks)"); sys.exit(1 if bad or not n else 0)' "$OUT/results.jsonl" || GATE_FAILED=1 ;;
     ncu-gluon)
       phase ncu-gluon 150 python3 benchmarks/ncu_gluon.py --out "$OUT" --budget-s 60 ;;
     pack)  # at most 8 files come back from a device call: all but the baselines in one tarball
       (cd "$OUT" && tar czf /tmp/session.tgz --exclude='./nvidia-*.json' . \
-        && find . -mindepth 1 ! -name 'nvidia-*.json' -delete && mv /tmp/session.tgz .) ;;
+        && find . -type f ! -name 'nvidia-*.json' -delete \
+        && find . -mindepth 1 -type d -empty -delete; mv /tmp/session.tgz .) ;;
     calibrate)
       phase calibrate "${CAL_LIMIT:-560}" python3 benchmarks/calibrate.py collect --out "$OUT" --seconds "${CAL_SECONDS:-500}" ;;
     *) echo "unknown phase $p" ;;

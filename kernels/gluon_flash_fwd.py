@@ -510,7 +510,12 @@ def config(head_dim: int, causal: bool, variant: str = "ws", **overrides: int) -
     unknown = set(overrides) - set(cfg)
     if unknown:
         raise ValueError(f"config overrides {sorted(unknown)} unknown for variant {variant!r}")
-    return {**cfg, **overrides}
+    cfg = {**cfg, **overrides}
+    if variant == "simple-overlap" and cfg["STAGES"] < 2:
+        # Its loop refills a slot only after waiting for the next tile: with one slot
+        # that tile never comes.
+        raise ValueError(f"variant {variant!r} needs STAGES >= 2, got {cfg['STAGES']}")
+    return cfg
 
 
 # ----------------------------------------------------------------------------------------
@@ -659,8 +664,8 @@ def _raw_launcher(launcher: Any) -> tuple[Callable[..., object], _Encoder] | Non
     ``CudaLauncher.launch`` wraps the C launcher in a closure that encodes every host
     descriptor on every call (``wrap_handle_tensordesc``); the raw launcher and the
     per-descriptor metadata live in that closure. Anything unexpected (another triton,
-    scratch buffers, a descriptor lowered without TMA metadata) returns None and the
-    plan keeps the wrapped launcher.
+    scratch buffers, a descriptor lowered without TMA metadata) returns None: then no
+    plan is kept and every call takes the first call's path (correct, ~50 us host).
     """
     try:
         from triton.backends.nvidia.driver import make_tensordesc_arg
