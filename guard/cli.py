@@ -233,7 +233,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             return _render_comparison(args, comparison)
         baseline: results.RunResult | None
         if args.baseline:
-            baseline, missing = core.load_results(args.baseline), ""
+            baseline, missing = results.load(args.baseline), ""
         else:
             baseline, missing = core.find_baseline(args.baselines, args.device, args.baseline_ref)
         outcome = core.compare_with_baseline(

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from guard import core, history, render, report, results, terminal, text
+from guard import history, render, report, results, terminal, text
 from guard.compare import compare_runs
 
 HISTORY_HELP = (
@@ -30,10 +30,10 @@ def append_history(args: argparse.Namespace, run: results.RunResult) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
 
-    run = core.load_results(args.results)
+    run = results.load(args.results)
     comparison = None
     if args.baseline:
-        comparison = compare_runs(core.load_results(args.baseline), run, alpha=args.alpha)
+        comparison = compare_runs(results.load(args.baseline), run, alpha=args.alpha)
     trends = {}
     if args.history:
         trends = history.trends(

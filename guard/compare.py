@@ -208,11 +208,6 @@ class Comparison:
         return [c.case_id for c in self.cases if c.status is Status.IDENTICAL]
 
 
-def _median(rounds: tuple[tuple[float, ...], ...]) -> float | None:
-    """The case's time, as everywhere (``stats.case_time``)."""
-    return stats.case_time(rounds)
-
-
 def check_comparable(baseline: RunResult, candidate: RunResult) -> None:
     """Refuse pairs that cannot be compared at all (another GPU, another suite)."""
     b, c = baseline.environment, candidate.environment
@@ -274,14 +269,16 @@ def compare_case(
     if base is None or base.status != OK:
         why = "no such case in the baseline" if base is None else f"baseline case is {base.status}"
         return replace(
-            common, status=Status.NEW, reason=why, candidate_median=_median(cand.rounds)
+            common, status=Status.NEW, reason=why, candidate_median=stats.case_time(cand.rounds)
         )
     if base.case.params() != case.params():
         return replace(
             common, status=Status.NOT_COMPARABLE, reason="parameters differ from the baseline's"
         )
     common = replace(
-        common, baseline_median=_median(base.rounds), candidate_median=_median(cand.rounds)
+        common,
+        baseline_median=stats.case_time(base.rounds),
+        candidate_median=stats.case_time(cand.rounds),
     )
     if use_fingerprints and identical(base, cand):
         return replace(
@@ -312,7 +309,7 @@ def compare_case(
         base.rounds, cand.rounds, rule, confidence=confidence, rng=rng
     )
     host_ratio = None
-    hb, hc = _median(base.host_rounds), _median(cand.host_rounds)
+    hb, hc = stats.case_time(base.host_rounds), stats.case_time(cand.host_rounds)
     if hb and hc:
         host_ratio = hc / hb
     return replace(
@@ -407,12 +404,4 @@ def replace_cases(comparison: Comparison, confirmed: Comparison) -> Comparison:
         by_id.get(c.case_id, c) if c.status is Status.COMPARED else c for c in comparison.cases
     )
     note = f"{len(by_id)} case(s) confirmed by a paired rerun against {confirmed.baseline.label}"
-    return Comparison(
-        baseline=comparison.baseline,
-        candidate=comparison.candidate,
-        cases=cases,
-        confidence=comparison.confidence,
-        alpha=comparison.alpha,
-        environment_diff=comparison.environment_diff,
-        notes=(*comparison.notes, note),
-    )
+    return replace(comparison, cases=cases, notes=(*comparison.notes, note))

@@ -163,10 +163,6 @@ def baseline_path(directory: str | Path, gpu_slug: str) -> Path:
     return Path(directory) / f"{gpu_slug}.json"
 
 
-def load_results(path: str | Path) -> RunResult:
-    return results.load(path)
-
-
 def load_baseline_at_ref(ref: str, relpath: str | Path, repo: str | Path = ".") -> RunResult | None:
     """The baseline file as committed at ``ref`` (None when it does not exist there)."""
     spec = f"{ref}:{Path(relpath).as_posix()}"

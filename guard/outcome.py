@@ -1,6 +1,6 @@
 """The check's outcome: one typed value, built once, rendered everywhere.
 
-The core builds an ``Outcome`` from what it measured (``core.outcome_of_*``); the
+The core builds an ``Outcome`` from what it measured (``Comparison.outcome``); the
 terminal table, the Markdown summary, the HTML report, ``--json``, ``$GITHUB_OUTPUT``,
 the workflow annotations and the PR comment all render from it. On disk it is the
 file ``meta.json`` of a PR check (schema below), which the comment workflow reads

@@ -485,15 +485,6 @@ def collect_in_tree(
 # ------------------------------------------------------------------------ child entry
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", dir=path.parent, delete=False, suffix=".tmp"
-    ) as tmp:
-        tmp.write(text)
-    os.replace(tmp.name, path)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m guard.resources``: the child process of ``collect_in_tree``."""
     parser = argparse.ArgumentParser(
@@ -511,11 +502,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.kernels_root:
         sys.path.insert(0, str(Path(args.kernels_root).resolve()))  # its kernels, this guard
     try:
+        from guard.results import write_atomic
         from guard.suite import load_suite
 
         suite = load_suite(args.suite).select(args.kernels, args.cases)
         report = collect_resources(suite, args.arch)
-        _write_atomic(Path(args.out), json.dumps(report.to_json(), indent=1) + "\n")
+        write_atomic(args.out, json.dumps(report.to_json(), indent=1) + "\n")
     except GuardError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(exc.exit_code)

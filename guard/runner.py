@@ -41,7 +41,7 @@ from typing import Any
 
 from guard import env as guard_env
 from guard.errors import InfraError
-from guard.protocol import CaseJob, Mode, WorkerJob
+from guard.protocol import CaseJob, Event, Mode, WorkerJob
 from guard.results import (
     CRASHED,
     OK,
@@ -329,7 +329,7 @@ class Session:
             )
         )
 
-    def _record(self, state: _CaseState, mode: str, event: dict[str, Any]) -> None:
+    def _record(self, state: _CaseState, mode: str, event: Event) -> None:
         status = _status(event.get("status", CRASHED))
         if mode == "check":
             corr = event.get("correctness")
@@ -374,7 +374,7 @@ class Session:
             "20",
         ]
 
-    def _spawn(self, job: WorkerJob) -> Generator[dict[str, Any], None, None]:
+    def _spawn(self, job: WorkerJob) -> Generator[Event, None, None]:
         """Start a worker and yield its events; synthesize exit/timeout events.
 
         The worker's process group is killed when the worker ends (its kernels' children
