@@ -45,10 +45,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from guard import comment, core, policy, render, results, runner, text
+from guard import comment, core, policy, render, results, text
 from guard.compare import Comparison, compare_runs
 from guard.errors import BadInput, ExitCode, GuardError
 from guard.outcome import CaseProfile, CheckVerdict, Outcome
+from guard.proc import local_kernels_root
 from guard.runner import Arm, Progress
 from guard.suite import Suite, load_suite
 
@@ -262,7 +263,7 @@ def measure(
         if args.kernels:
             suite = suite.select(args.kernels)
         comparison = core.compare_arms(suite, base_arm, cand_arm, opts=opts, progress=_progress)
-        roots = [Path(a.kernels_root or runner.local_kernels_root()) for a in (base_arm, cand_arm)]
+        roots = [Path(a.kernels_root or local_kernels_root()) for a in (base_arm, cand_arm)]
         return comparison, changes, _profiles(comparison, *roots)
     raise AssertionError("unreachable")  # pragma: no cover  (the with block returns)
 

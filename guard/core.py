@@ -20,8 +20,9 @@ from guard import env as guard_env
 from guard import results
 from guard.compare import Comparison, compare_runs, replace_cases
 from guard.errors import BadInput, ExitCode, GuardError, InfraError, shown
+from guard.proc import local_kernels_root
 from guard.results import RunResult
-from guard.runner import Arm, ProgressFn, Session, _noop, local_kernels_root, sigterm_unwinds
+from guard.runner import Arm, ProgressFn, Session, _noop, sigterm_unwinds
 from guard.suite import Suite, load_suite
 
 DEFAULT_SUITE = Path("suites/default.yaml")

@@ -59,11 +59,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from guard.errors import cut
+from guard.proc import GUARD_ROOT, child_env
 from guard.profile_target import ERROR_PREFIX, NVTX_RANGE
 from guard.suite import Case
 from guard.text import md_code, md_table, md_text
 
-GUARD_ROOT = Path(__file__).resolve().parent.parent
 MAX_KERNELS = 10  # profiled launches per call at most (--launch-count): ~14 replay passes each
 OUTPUT_LIMIT = 8 << 20  # bytes of ncu's stdout read back (the CSV comes last)
 STDERR_LIMIT = 64 << 10  # bytes of the child's stderr kept for the error line
@@ -356,12 +356,7 @@ def _profile_arm(
 ) -> KernelProfile:
     if timeout_s <= 0:
         raise _Skip(f"profiling budget spent before the {arm} run ({budget_s:g} s for both)")
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)  # the kernels must run on the GPU
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(GUARD_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
-    )
-    env["PYTHONUNBUFFERED"] = "1"
+    env = child_env(compiled=True)
     try:
         run = _run_group(ncu_command(ncu, case, tree, seed), timeout_s, env)
     except OSError as exc:

@@ -37,12 +37,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guard.errors import BadInput, ExitCode, GuardError, InfraError
+from guard.proc import GUARD_ROOT, child_env, local_kernels_root
 
 if TYPE_CHECKING:
     from guard.suite import Suite
 
 SCHEMA_VERSION = 1
-GUARD_ROOT = Path(__file__).resolve().parent.parent
 _ARCH = re.compile(r"sm_\d+a?")
 _REASON_CHARS = 600
 
@@ -395,15 +395,9 @@ def collect_resources(suite: Suite, arches: Sequence[str]) -> ResourceReport:
         arches=arches,
         cases=cases,
         skipped=skipped,
-        tree=_kernels_root(),
+        tree=local_kernels_root(),
         elapsed_s=time.perf_counter() - start,
     )
-
-
-def _kernels_root() -> str:
-    import kernels
-
-    return str(Path(kernels.__file__).resolve().parent.parent)
 
 
 def collect_in_tree(
@@ -429,11 +423,7 @@ def collect_in_tree(
     """
     tree = Path(tree).resolve()
     suite_path = Path(suite_path).resolve()
-    env = dict(os.environ)
-    env.pop("TRITON_INTERPRET", None)  # the kernels must compile, not interpret
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(GUARD_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
-    )
+    env = child_env(compiled=True)
     with tempfile.TemporaryDirectory(prefix="guard-resources-") as tmp:
         out = Path(tmp) / "resources.json"
         cmd = [python or sys.executable, "-m", "guard.resources", "--kernels-root", str(tree),

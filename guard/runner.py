@@ -36,11 +36,11 @@ import time
 import zlib
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from guard import env as guard_env
 from guard.errors import InfraError
+from guard.proc import GUARD_ROOT, child_env, local_kernels_root
 from guard.protocol import CaseJob, Event, Mode, WorkerJob
 from guard.results import (
     CRASHED,
@@ -58,7 +58,6 @@ from guard.results import (
 )
 from guard.suite import Case, Suite, TimingPlan
 
-GUARD_ROOT = Path(__file__).resolve().parent.parent
 SANITIZER_FOUND = 87  # compute-sanitizer's exit code when it reports memory errors
 STARTUP_TIMEOUT_S = 300.0  # torch import + CUDA init on a cold machine
 LOG_TAIL_BYTES = 64 * 1024  # of a worker's stderr kept in memory (a kernel may print GBs)
@@ -123,13 +122,6 @@ class _CaseState:
             calls_per_sample=tuple(self.calls),
             worker_output=self.output,
         )
-
-
-def local_kernels_root() -> str:
-    """Where this process imports ``kernels`` from: the candidate arm's tree."""
-    import kernels
-
-    return str(Path(kernels.__file__).resolve().parent.parent)
 
 
 def case_seed(base: int, case_id: str, round_index: int) -> int:
@@ -381,11 +373,7 @@ class Session:
         go with it) and when this generator is closed for any reason. Its stdin stays
         open until then: end of file there tells its watchdog the guard is gone.
         """
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(GUARD_ROOT), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
-        )
-        env["PYTHONUNBUFFERED"] = "1"
+        env = child_env()
         if self.sanitize:  # memcheck sees cudaMalloc bounds, not torch's sub-allocations
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
         err_read, err_write = os.pipe()
