@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,6 +32,18 @@ if str(TESTS) not in sys.path:
 # failure never depends on luck or on what an earlier run left behind; a failure prints
 # the blob that reproduces it (@reproduce_failure). Loaded here, before any test module
 # is imported, so every @settings(...) inherits it.
+_GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+                 "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}  # fmt: skip
+
+
+def git(repo: Path, *args: str) -> str:
+    """``git -C repo ARGS`` with a test identity; its stdout, stripped. Raises on failure."""
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60,
+        check=True, env={**os.environ, **_GIT_IDENTITY},
+    ).stdout.strip()  # fmt: skip
+
+
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.load_profile("ci")
 

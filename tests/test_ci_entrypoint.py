@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import git as _git
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -84,18 +85,6 @@ def _env() -> dict[str, str]:
         GIT_COMMITTER_EMAIL="t@example.com",
     )
     return env
-
-
-def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        env=_env(),
-    )
-    return proc.stdout.strip()
 
 
 def _demo(path: Path, delay_ms: float, wrong: bool = False) -> None:

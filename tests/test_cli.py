@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, TESTS, fault_suite
+from conftest import git as _git
 
 from guard import results
 from guard.cli import main
@@ -206,17 +207,6 @@ def test_device_cuda_without_gpu_exits_three(tmp_path, capsys):
     assert "no GPU here" in capsys.readouterr().err
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "t",
-        "GIT_AUTHOR_EMAIL": "t@t",
-        "GIT_COMMITTER_NAME": "t",
-        "GIT_COMMITTER_EMAIL": "t@t",
-    }
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env
-    ).stdout
 
 
 def test_compare_against_git_ref(tmp_path):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, TESTS, fault_suite, make_case, make_run
-from test_cli import _git
+from conftest import git as _git
 
 from guard import core, results
 from guard.cli import main

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import git as _git
 
 pytest.importorskip("triton")
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,14 +29,6 @@ cases:
 """
 OLD = "            64: _config(64, 64, 4, 3),\n"
 NEW = "            64: _config(128, 64, 4, 3),\n"
-
-
-def _git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e"}  # fmt: skip
-    return subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True, env=env
-    ).stdout.strip()
 
 
 def test_compare_against_reports_a_register_rise_without_a_gpu(tmp_path: Path) -> None:

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import git as _git
 
 from guard.errors import BadInput, InfraError
 from guard.resources import (
@@ -206,7 +206,7 @@ def test_cuda_record_from_a_captured_report() -> None:
     res = KernelResources.from_json(rec)
     assert res.kernel == "flash_fwd_kernel<__nv_bfloat16, 128, true>"
     assert (res.registers, res.num_warps, res.num_stages) == (230, 8, 2)
-    assert res.shared_bytes == 2 * 2 * 64 * (128 + 8) * 2
+    assert res.shared_bytes == 69632  # the 69.6 KB the extension launches with (H100)
     assert res.grid == (8, 16, 4)  # BLOCK_M 128
     assert res.config == {"BLOCK_M": 128, "BLOCK_N": 64, "target": "sm_90a"}
     with pytest.raises(ResourcesUnavailable, match=r"no TileConfig<96>"):
@@ -234,7 +234,7 @@ def test_cuda_hook_without_nvcc_is_skipped_with_a_reason(
         collect_resources(load_suite(suite_file), ["hopper"])
 
 
-def test_cuda_kernel_report_from_nvcc(caches: Path) -> None:
+def test_cuda_kernel_report_from_nvcc(caches: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if cuda_flash.find_nvcc() is None:
         pytest.skip("nvcc not found (no CUDA toolkit on this machine)")
     params = {"shape": [1, 8, 512, 64], "dtype": "float16", "causal": False}
@@ -245,9 +245,15 @@ def test_cuda_kernel_report_from_nvcc(caches: Path) -> None:
     assert 64 < res.registers <= 255
     assert res.spill_bytes == 0
     assert res.toolchain.startswith("nvcc ")
-    # The second call reads the cached report: no compiler needed any more.
     cached = list((caches / "guard-cache" / "resources").glob("cuda_flash-*-sm_90.txt"))
     assert len(cached) == 1
+    # The second call reads the cached report (keyed by source, nvcc version, arch):
+    # no compile.
+    def no_compile(*args: object, **kwargs: object) -> None:
+        raise AssertionError("compiled again despite the cached report")
+
+    monkeypatch.setattr(cuda_flash, "compile_kernel_object", no_compile)
+    assert cuda_flash_resources.resources(params, "sm_90") == [rec]
 
 
 # ------------------------------------------------------------------ compiles (child processes)
@@ -379,13 +385,6 @@ cases:
 """
 
 
-def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
-    )
-    return proc.stdout.strip()
-
-
 def test_a_bigger_tile_in_the_head_commit_shows_in_the_diff(tmp_path: Path, caches: Path) -> None:
     """Two commits of a tiny kernels tree; the second doubles the tile (32 -> 64)."""
     repo = tmp_path / "repo"
@@ -398,11 +397,11 @@ def test_a_bigger_tile_in_the_head_commit_shows_in_the_diff(tmp_path: Path, cach
     (pkg / "tiny.py").write_text(TINY_KERNEL.format(block=32))
     (repo / "suite.yaml").write_text(TINY_SUITE)
     _git(repo, "init", "-q")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "tiny: 32x32 tile")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "tiny: 32x32 tile")
     base_commit = _git(repo, "rev-parse", "HEAD")
     (pkg / "tiny.py").write_text(TINY_KERNEL.format(block=64))
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "tiny: 64x64 tile")
+    _git(repo, "commit", "-qam", "tiny: 64x64 tile")
 
     base_tree = tmp_path / "base"
     _git(repo, "worktree", "add", "-q", "--detach", str(base_tree), base_commit)
