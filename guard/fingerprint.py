@@ -29,8 +29,10 @@ tree, so equal PTX and metadata mean an equal binary.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
+import os
 import re
 import site
 import sys
@@ -45,15 +47,19 @@ T = TypeVar("T")
 _LOCATION_LINE = re.compile(r"^\s*\.(?:loc|file)\b.*$", re.MULTILINE)
 _DEBUG_SECTION = re.compile(r"^\s*\.section\s+\.debug_\w+\s*\{.*?^\s*\}", re.MULTILINE | re.DOTALL)
 _COMMENT = re.compile(r"//.*$", re.MULTILINE)
+# Labels that only the (dropped) debug sections refer to: one per inlined call site, so
+# moving code into a helper renumbers them though not one instruction changes.
+_DEBUG_LABEL = re.compile(r"^\$L__tmp\d+:\s*$", re.MULTILINE)
 # Compiled metadata that changes how a kernel runs (all present in triton 3.x's
 # metadata; a missing one reads as None, so older or newer versions still compare).
 _META_FIELDS = ("name", "num_warps", "num_ctas", "num_stages", "shared", "maxnreg", "cluster_dims")
 
 
 def normalize_ptx(ptx: str) -> str:
-    """PTX without source locations, debug sections and comments."""
+    """PTX without source locations, debug sections and their labels, and comments."""
     text = _DEBUG_SECTION.sub("", ptx)
     text = _LOCATION_LINE.sub("", text)
+    text = _DEBUG_LABEL.sub("", text)
     text = _COMMENT.sub("", text)
     return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
 
@@ -193,8 +199,15 @@ def loaded_extensions() -> dict[str, str]:
         path = getattr(module, "__file__", None) or ""
         if path.endswith((".so", ".pyd")) and not path.startswith(roots):
             with contextlib.suppress(OSError):
-                out[name] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+                out[name] = _file_digest(path, os.stat(path).st_mtime_ns)
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _file_digest(path: str, mtime_ns: int) -> str:
+    # Per (path, mtime): a worker fingerprints every case, its extensions stay loaded.
+    del mtime_ns  # part of the cache key only
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def tree_hash(kernels_dir: str | Path) -> str:
@@ -239,5 +252,6 @@ def take(call: Callable[[], T], kernels_dir: str | Path) -> tuple[T, str]:
             result = call()
     except CaptureFailed:
         return result, ""
-    fallback = tree_hash(kernels_dir)
+    # The tree is hashed only when no device work was seen (then it is the fingerprint).
+    fallback = "" if launches or device_kernels else tree_hash(kernels_dir)
     return result, fingerprint(launches, device_kernels, loaded_extensions(), fallback)
