@@ -55,7 +55,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import triton
@@ -70,8 +70,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-if TYPE_CHECKING:
-    from kernels.triton_flash_fwd import Scalars
+from kernels import triton_flash_fwd as tf
+from kernels.triton_flash_fwd import PlanBase, Scalars
 
 _ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma per matmul
 ROWS = gl.constexpr(_ROWS)
@@ -113,6 +113,19 @@ def _softmax(qk, m_i, l_i, qk_scale, MASKED: gl.constexpr):  # type: ignore[no-u
     alpha = gl.exp2(m_i - m_sub)
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def _tile_softmax(qk, start_n, masked, row0, seq_k, m_i, l_i, qk_scale,  # type: ignore[no-untyped-def]
+                  CAUSAL: gl.constexpr):  # fmt: skip
+    # One key tile's online softmax; the mask only on tiles that need one (the causal
+    # diagonal, a ragged last tile).
+    if masked:
+        qk = _mask(qk, start_n, row0, seq_k, CAUSAL)
+        p, m_new, l_new, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
+    else:
+        p, m_new, l_new, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+    return p, m_new, l_new, alpha
 
 
 @gluon.jit
@@ -207,11 +220,8 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n
     mbarrier.arrive(k_empty.index(0))
     m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, qk_layout))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, qk_layout))
-    if n_full == 0:
-        qk = _mask(qk, 0, row0, seq_k, CAUSAL)
-        p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
-    else:
-        p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+    p, m_i, l_i, alpha = _tile_softmax(qk, 0, n_full == 0, row0, seq_k, m_i, l_i, qk_scale,
+                                       CAUSAL)  # fmt: skip
     p16 = gl.convert_layout(p.to(dtype), p_layout)
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
@@ -233,11 +243,8 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n
         # wgmma groups retire in order: one outstanding = Q·K_j^T done, P·V in flight.
         qk = warpgroup_mma_wait(1, deps=(qk,))
         mbarrier.arrive(k_empty.index(s))
-        if j >= n_full:
-            qk = _mask(qk, j * BLOCK_N, row0, seq_k, CAUSAL)
-            p, m_new, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
-        else:
-            p, m_new, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+        p, m_new, l_i, alpha = _tile_softmax(qk, j * BLOCK_N, j >= n_full, row0, seq_k, m_i,
+                                             l_i, qk_scale, CAUSAL)  # fmt: skip
         acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
         mbarrier.arrive(v_empty.index(sp))
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
@@ -351,11 +358,8 @@ def _simple_serial(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b,
         k_t = k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         qk = warpgroup_mma(q, k_t, zero_qk, use_acc=False, is_async=True)
         qk = warpgroup_mma_wait(0, deps=(qk,))
-        if j >= n_full:
-            qk = _mask(qk, j * BLOCK_N, row0, seq_k, CAUSAL)
-            p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
-        else:
-            p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+        p, m_i, l_i, alpha = _tile_softmax(qk, j * BLOCK_N, j >= n_full, row0, seq_k, m_i,
+                                           l_i, qk_scale, CAUSAL)  # fmt: skip
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         p16 = gl.convert_layout(p.to(dtype), p_layout)
         acc = warpgroup_mma(p16, v_smem.index(s).reshape([BLOCK_N, HEAD_DIM]), acc,
@@ -391,11 +395,8 @@ def _simple_overlapped(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k
     qk = warpgroup_mma_wait(0, deps=(qk,))
     m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, qk_layout))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, qk_layout))
-    if n_full == 0:
-        qk = _mask(qk, 0, row0, seq_k, CAUSAL)
-        p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
-    else:
-        p, m_i, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+    p, m_i, l_i, alpha = _tile_softmax(qk, 0, n_full == 0, row0, seq_k, m_i, l_i, qk_scale,
+                                       CAUSAL)  # fmt: skip
     p16 = gl.convert_layout(p.to(dtype), p_layout)
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
@@ -409,11 +410,8 @@ def _simple_overlapped(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k
                             is_async=True)  # fmt: skip
         # wgmma groups retire in order: one outstanding = Q·K_j^T done, P·V in flight.
         qk = warpgroup_mma_wait(1, deps=(qk,))
-        if j >= n_full:
-            qk = _mask(qk, j * BLOCK_N, row0, seq_k, CAUSAL)
-            p, m_new, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
-        else:
-            p, m_new, l_i, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+        p, m_new, l_i, alpha = _tile_softmax(qk, j * BLOCK_N, j >= n_full, row0, seq_k, m_i,
+                                             l_i, qk_scale, CAUSAL)  # fmt: skip
         acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
         # Slot sp's K (Q·K_{j-1}^T) and V (P_{j-1}·V_{j-1}) reads have retired.
         _refill(k_desc, v_desc, k_smem, v_smem, ready, b, hk, j - 1 + STAGES, n_tiles, sp)
@@ -610,7 +608,7 @@ _Encoder = Callable[[_Desc, int], _Encoded]  # (descriptor, slot) -> encoded
 _MAPS_PER_SLOT = 64  # encoded descriptors kept per tensor slot (addresses recur)
 
 
-class _Plan:
+class _Plan(PlanBase):
     """A compiled Gluon launch, repeatable on new tensors of the same key.
 
     Encoding a CUtensorMap costs ~2.5 us on the host, four per call. Within a plan
@@ -620,20 +618,11 @@ class _Plan:
     out again, so steady eager calls encode nothing.
     """
 
-    __slots__ = ("device", "device_index", "dtype", "encode", "geometry", "grid", "head",
-                 "launch", "maps", "shape", "stream", "tail")  # fmt: skip
+    __slots__ = ("encode", "geometry", "launch", "maps")
     launch: Callable[..., object]  # the raw launcher (descriptors pre-encoded)
     encode: _Encoder
-    head: tuple[object, ...]  # the raw launcher's arguments after the stream
-    grid: tuple[int, ...]
-    tail: Scalars
     geometry: tuple[_Geometry, ...]  # of q, k, v, out
     maps: tuple[dict[int, _Encoded], ...]  # per slot: address -> encoded descriptor
-    shape: torch.Size
-    dtype: torch.dtype
-    device: torch.device
-    device_index: int
-    stream: Callable[[int], int]  # triton_flash_fwd._cuda_stream
 
     def _encoded(self, slot: int, t: torch.Tensor) -> _Encoded:
         maps = self.maps[slot]
@@ -696,13 +685,7 @@ def _raw_launcher(launcher: Any) -> tuple[Callable[..., object], _Encoder] | Non
 def _make_plan(
     kernel: Any, grid: tuple[int, ...], tensors: Sequence[torch.Tensor], tail: Scalars
 ) -> _Plan | None:  # kernel: triton's CompiledKernel, or None
-    from kernels import triton_flash_fwd as tf
-
-    if kernel is None or tf._cuda_device is None or tf._cuda_stream is None:
-        return None
-    if not tf._no_launch_hooks():
-        return None
-    if not torch.cuda.is_available():  # a compile-only driver (compile_report.py)
+    if kernel is None or not tf.plans_possible():
         return None
     launcher = kernel.run  # loads the module
     raw = _raw_launcher(launcher)
@@ -710,19 +693,10 @@ def _make_plan(
         return None
     plan = _Plan()
     plan.launch, plan.encode = raw
-    # The C entry point's arguments between the stream and the kernel's: function,
-    # cooperative, pdl, the two scratch buffers (none), metadata, launch metadata and
-    # the two hooks (none: _no_launch_hooks).
-    plan.head = (
-        kernel.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
-        None, None, kernel.packed_metadata, None, None, None,
-    )  # fmt: skip
-    plan.grid, plan.tail = tuple(grid), tuple(tail)
+    plan.head = tf.c_entry_head(kernel, launcher)
     plan.geometry = tuple((list(t.shape), list(t.stride())) for t in tensors)
     plan.maps = ({}, {}, {}, {})
-    q = tensors[0]
-    plan.shape, plan.dtype, plan.device = q.shape, q.dtype, q.device
-    plan.device_index, plan.stream = tf._cuda_device(), tf._cuda_stream
+    plan.bind(grid, tail, tensors[0])
     return plan
 
 
@@ -782,8 +756,6 @@ def flash_attention_fwd(
     Raises ``ValueError`` for inputs this kernel cannot take (head_dim, empty
     sequences, TMA alignment, not sm_90). No launch-plan cache here (a tuning entry).
     """
-    from kernels import triton_flash_fwd as tf
-
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
     q, k, v, out, scale = tf._prepare(q, k, v, causal, scale, out)

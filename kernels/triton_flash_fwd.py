@@ -54,7 +54,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -748,28 +748,60 @@ class LaunchPlan(Protocol):
 Scalars = tuple[int | float, ...]
 
 
-class _Plan:
-    """One launch of a compiled kernel, repeatable on new tensors of the same key."""
+def plans_possible() -> bool:
+    """Whether a launch may be kept as a plan here: torch's raw device and stream
+    getters exist, no launch hooks (a profiler) and a real driver (not the compile-only
+    one of compile_report.py)."""
+    return (
+        _cuda_device is not None
+        and _cuda_stream is not None
+        and _no_launch_hooks()
+        and torch.cuda.is_available()
+    )
 
-    __slots__ = ("call", "device", "device_index", "dtype", "grid", "head", "shape", "stream",
-                 "tail")  # fmt: skip
-    call: Callable[..., object]  # the compiled kernel's launcher
+
+def c_entry_head(kernel: Any, launcher: Any) -> tuple[object, ...]:
+    """The C launcher's arguments between the stream and the kernel's own: function,
+    cooperative grid, PDL, the two scratch buffers (none), metadata, launch metadata
+    and the enter and exit hooks (none: ``_no_launch_hooks``)."""
+    return (
+        kernel.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
+        None, None, kernel.packed_metadata, None, None, None,
+    )  # fmt: skip
+
+
+class PlanBase:
+    """What every kept launch holds besides its launcher (``_Plan``, Gluon's)."""
+
+    __slots__ = ("device", "device_index", "dtype", "grid", "head", "shape", "stream", "tail")
     head: tuple[object, ...]  # the launcher's arguments between the stream and the tensors
     grid: tuple[int, ...]
     tail: Scalars
-    shape: torch.Size
+    shape: torch.Size  # of q and out
     dtype: torch.dtype
     device: torch.device
     device_index: int
     stream: Callable[[int], int]  # _cuda_stream
 
+    def bind(self, grid: Sequence[int], tail: Scalars, q: torch.Tensor) -> None:
+        """Grid, scalars and the output's shape; the device current now (plans_possible)."""
+        assert _cuda_device is not None and _cuda_stream is not None
+        self.grid, self.tail = tuple(grid), tuple(tail)
+        self.shape, self.dtype, self.device = q.shape, q.dtype, q.device
+        self.device_index, self.stream = _cuda_device(), _cuda_stream
+
+
+class _Plan(PlanBase):
+    """One launch of a compiled kernel, repeatable on new tensors of the same key."""
+
+    __slots__ = ("call",)
+    call: Callable[..., object]  # the compiled kernel's launcher
+
     @classmethod
     def make(
         cls, kernel: Any, grid: tuple[int, ...], tail: Scalars, q: torch.Tensor
     ) -> _Plan | None:  # kernel: triton's CompiledKernel
-        if _cuda_device is None or _cuda_stream is None or not _no_launch_hooks():
-            return None
-        if not torch.cuda.is_available():  # a compile-only driver (compile_report.py)
+        if not plans_possible():
             return None
         plan = cls()
         launcher = kernel.run  # loads the module on the first use
@@ -778,21 +810,13 @@ class _Plan:
         )
         if not scratch and hasattr(launcher, "launch"):
             # The C entry point itself: no scratch to allocate, no hooks to call.
-            plan.call = launcher.launch
-            plan.head = (
-                kernel.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
-                None, None, kernel.packed_metadata, None, None, None,
-            )  # fmt: skip
+            plan.call, plan.head = launcher.launch, c_entry_head(kernel, launcher)
         else:
             # The device-side TMA descriptors of the warp-specialized path need scratch,
             # which triton's launcher allocates per call.
             plan.call = launcher
             plan.head = (kernel.function, kernel.packed_metadata, None, None, None)
-        plan.grid = tuple(grid)
-        plan.tail = tail
-        plan.shape, plan.dtype, plan.device = q.shape, q.dtype, q.device
-        plan.device_index = _cuda_device()
-        plan.stream = _cuda_stream
+        plan.bind(grid, tail, q)
         return plan
 
     def __call__(
