@@ -77,13 +77,6 @@ def print_untrusted(message: str) -> None:
     print(f"::stop-commands::{token}\n{message}\n::{token}::", file=sys.stderr, flush=True)
 
 
-def append_summary(markdown: str) -> None:
-    path = os.environ.get("GITHUB_STEP_SUMMARY")
-    if path:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(markdown.rstrip("\n") + "\n\n")
-
-
 def write_outputs(values: dict[str, str]) -> None:
     path = os.environ.get("GITHUB_OUTPUT")
     if path:
@@ -177,12 +170,12 @@ def policy_changes(judge_suite: Suite, candidate_suite_path: Path) -> list[str]:
 
 def _suite_at(ref: str, relpath: str) -> Suite:
     """The suite file as committed at ``ref`` (the judge's policy in a local run)."""
-    proc = _git("show", f"{ref}:{Path(relpath).as_posix()}")
-    if proc.returncode != 0:
+    committed = core.show_at(ref, relpath)
+    if committed is None:
         raise BadInput(f"{relpath} does not exist at the base commit {ref[:12]}")
     with tempfile.TemporaryDirectory(prefix="guard-suite-") as tmp:
         path = Path(tmp) / Path(relpath).name
-        path.write_text(proc.stdout, "utf-8")
+        path.write_text(committed, "utf-8")
         suite = load_suite(path)
     return replace(suite, source=f"{relpath}@{ref[:12]}")
 
@@ -363,7 +356,7 @@ def publish(outcome: Outcome, out_dir: Path) -> None:
     if compare_md.exists():
         summary += "\n<details><summary>Every case</summary>\n\n" + compare_md.read_text("utf-8")
         summary += "\n</details>\n"
-    append_summary(summary)
+    text.append_step_summary(summary)
     write_outputs(
         {
             "exit_code": str(int(outcome.exit_code)),

@@ -91,10 +91,7 @@ class ProgressPrinter:
 def _write_summary(markdown: str, path: str | None) -> None:
     if path:
         results.write_atomic(path, markdown)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as fh:
-            fh.write(markdown + "\n")
+    text.append_step_summary(markdown)
 
 
 # --------------------------------------------------------------------------- commands

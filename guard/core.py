@@ -166,6 +166,14 @@ def baseline_path(directory: str | Path, gpu_slug: str) -> Path:
 
 def load_baseline_at_ref(ref: str, relpath: str | Path, repo: str | Path = ".") -> RunResult | None:
     """The baseline file as committed at ``ref`` (None when it does not exist there)."""
+    text = show_at(ref, relpath, repo)
+    return None if text is None else results.loads(text, f"{ref}:{Path(relpath).as_posix()}")
+
+
+def show_at(ref: str, relpath: str | Path, repo: str | Path = ".") -> str | None:
+    """A file's text as committed at ``ref``, None when it does not exist there.
+
+    Raises InfraError when git cannot run, BadInput when git refuses (a bad ref)."""
     spec = f"{ref}:{Path(relpath).as_posix()}"
     try:
         proc = subprocess.run(
@@ -178,7 +186,7 @@ def load_baseline_at_ref(ref: str, relpath: str | Path, repo: str | Path = ".") 
         if "does not exist" in err or "exists on disk, but not in" in err:
             return None
         raise BadInput(f"git show {spec}: {err.splitlines()[-1] if err else 'failed'}")
-    return results.loads(proc.stdout, spec)
+    return proc.stdout
 
 
 def find_baseline(

@@ -104,6 +104,15 @@ _MOVED = {
 }
 
 
+def shown_as_moved(verdict: CaseVerdict, gate: bool, fails: bool) -> bool:
+    """Whether a case belongs in a summary's table of cases that moved (the rest is
+    folded away): failing ones, wrong or crashed ones gated or not, and gated ones
+    whose verdict moved. One rule for the job summary, the HTML report and the PR
+    comment."""
+    errors = (CaseVerdict.WRONG, CaseVerdict.ERROR)
+    return fails or verdict in errors or (gate and verdict.moved)
+
+
 class OutcomeFileError(ValueError):
     """An outcome file is not one this version reads; the message names the field."""
 
@@ -212,7 +221,7 @@ class Outcome:
     @property
     def moved(self) -> tuple[CaseOutcome, ...]:
         """The cases a reader should look at: failing ones first."""
-        rows = [c for c in self.cases if c.fails or (c.gate and c.verdict.moved)]
+        rows = [c for c in self.cases if shown_as_moved(c.verdict, c.gate, c.fails)]
         return tuple(sorted(rows, key=lambda c: (not c.fails, c.case_id)))
 
     def to_json(self) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from guard.compare import CaseComparison, Comparison, Status
 from guard.history import Trend
-from guard.outcome import CaseVerdict
+from guard.outcome import CaseVerdict, shown_as_moved
 from guard.results import OK, RunResult
 from guard.suite import flops
 from guard.text import (
@@ -84,9 +84,7 @@ COMPARISON_HEADER = ["case", "baseline", "candidate", "ratio", "CI", "threshold"
 # ------------------------------------------------------------------ escaping
 
 def _moved(c: CaseComparison) -> bool:
-    verdict = c.case_verdict
-    errors = (CaseVerdict.WRONG, CaseVerdict.ERROR)
-    return c.fails or verdict in errors or (c.gate and verdict.moved)
+    return shown_as_moved(c.case_verdict, c.gate, c.fails)
 
 
 def comparison_markdown(

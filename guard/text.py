@@ -13,6 +13,7 @@ image or split a table cell; one holding a newline must not start a second
 
 from __future__ import annotations
 
+import os
 import re
 
 
@@ -104,3 +105,11 @@ def md_url(url: str) -> str:
     if re.fullmatch(r"[^\s()<>\\]+", url):
         return url
     return "<" + re.sub(r"[\s<>\\]", lambda m: f"%{ord(m.group(0)):02X}", url) + ">"
+
+
+def append_step_summary(markdown: str) -> None:
+    """Append to the job summary (``$GITHUB_STEP_SUMMARY``) when running in Actions."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(markdown.rstrip("\n") + "\n\n")

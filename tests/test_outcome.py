@@ -67,6 +67,16 @@ def test_round_trip_and_moved_cases():
     assert [c.case_id for c in outcome.moved] == ["k/<img src=x onerror=alert(1)>"]
 
 
+def test_a_crashed_control_is_shown_as_in_the_job_summary():
+    # The comment (Outcome.moved) and the summary/HTML table (render) share one rule:
+    # a not-gated case that crashed or went wrong is shown, a control that moved is not.
+    crashed = CaseOutcome("sdpa_flash/x", False, CaseVerdict.ERROR, reason="no kernel")
+    wrong = CaseOutcome("sdpa/y", False, CaseVerdict.WRONG)
+    drifted = CaseOutcome("sdpa/z", False, CaseVerdict.REGRESSION, ratio=1.2)
+    outcome = Outcome(CheckVerdict.PASS, "PASS", cases=(crashed, wrong, drifted))
+    assert {c.case_id for c in outcome.moved} == {"sdpa_flash/x", "sdpa/y"}
+
+
 @pytest.mark.parametrize(
     ("edit", "field"),
     [
