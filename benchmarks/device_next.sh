@@ -2,9 +2,9 @@
 # The device calls that issues 12 and 14 still need, on whichever card the call lands
 # (a call asking for an H200 may get an H100). Each call fits the 10-minute limit:
 #   benchmarks/device_next.sh 1   H200: the PR-check proof (unchanged, planted) and the
-#                                 baseline refresh; H100: a 40-round sustained pool
+#                                 baseline refresh; H100: the Gluon bench (simple-overlap)
 #   benchmarks/device_next.sh 2   H200: a sustained pool and the portable kernel's plant
-#                                 at the power cap; H100: the Gluon bench (simple-overlap)
+#                                 at the power cap; H100: a 40-round sustained pool
 # Results in $OUT, packed (a call returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +14,8 @@ case "$gpu:${1:-1}" in
   *H200*:1) timeout 570 benchmarks/pr_check_proof.sh same gluon-off refresh ;;
   *H200*:2) timeout 150 benchmarks/pr_check_proof.sh ws-off
             CAL_SECONDS=380 CAL_LIMIT=400 benchmarks/gpu_session.sh calibrate ;;
-  *:1) CAL_SECONDS=400 CAL_LIMIT=420 benchmarks/gpu_session.sh calibrate ;;
-  *:2) GLUON_BUDGET=300 benchmarks/gpu_session.sh gluon gluon-gate ncu-gluon ;;
+  *:1) GLUON_BUDGET=300 benchmarks/gpu_session.sh gluon gluon-gate ncu-gluon ;;
+  *:2) CAL_SECONDS=400 CAL_LIMIT=420 benchmarks/gpu_session.sh calibrate ;;
 esac
 benchmarks/gpu_session.sh pack
 ls -la "${OUT:-gpu-out}"
