@@ -15,8 +15,14 @@ mbarrier pipeline must cost one provider, not the run):
    - speed on the issue's shapes: a CUDA graph of k calls (~5 ms) replayed 15 times,
      median per call; the output of each shape checked first on its first and last
      (batch, head) slices.
-3. a summary: ms, TFLOPS (4*B*H*Sq*Sk*D, half when causal), ratios to SDPA default
-   (cuDNN on Hopper), SDPA flash and the Triton kernel.
+3. ``paired`` (``--paired``, one subprocess): the ratio to SDPA default measured side
+   by side: per shape, the providers' CUDA graphs replayed in interleaved rounds
+   (the order rotating each round), so a clock or power change between two providers'
+   subprocesses cannot pass for a kernel difference; the ratio and its 95% interval
+   come from ``guard.stats.ratio_interval`` (the guard's own estimator). Each
+   provider's output is checked on the shape first; a wrong one is not timed.
+4. a summary: ms, TFLOPS (4*B*H*Sq*Sk*D, half when causal), ratios to SDPA default
+   (cuDNN on Hopper), SDPA flash and the Triton kernel; then the paired ratios.
 
 Writes DIR/results.jsonl (one JSON object per line) and prints the tables.
 """
@@ -72,7 +78,12 @@ TIMES = [
 
 # In order of need: the baseline, then the kernel under test, its fallback, the rest.
 PROVIDERS = [
-    "sdpa", "gluon-ws", "gluon-simple", "triton", "gluon-simple-overlap", "gluon-ws-pingpong"
+    "sdpa",
+    "gluon-ws",
+    "gluon-simple",
+    "triton",
+    "gluon-simple-overlap",
+    "gluon-ws-pingpong",
 ]
 # "triton": kernels.triton_flash_fwd.flash_attention_fwd as users get it (on sm_90 it
 # dispatches to Gluon where measured faster); "triton-portable": the same with
@@ -209,8 +220,8 @@ def _check(fns, yard, case, seed, strided, slices_only=False):
     return result
 
 
-def _time_graph(fn) -> float:
-    """Median ms per call over 15 replays of a CUDA graph of k calls (~5 ms each)."""
+def _graph(fn):
+    """A CUDA graph of k calls of fn (k for about 5 ms) and k."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -234,14 +245,28 @@ def _time_graph(fn) -> float:
             fn()
     graph.replay()
     torch.cuda.synchronize()
+    return graph, calls
+
+
+def _replays(graph, calls: int, n: int) -> list[float]:
+    """ms per call of n replays, one at a time."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples = []
-    for _ in range(15):
+    for _ in range(n):
         start.record()
         graph.replay()
         end.record()
         torch.cuda.synchronize()
         samples.append(start.elapsed_time(end) / calls)
-    return statistics.median(samples)
+    return samples
+
+
+def _time_graph(fn) -> float:
+    """Median ms per call over 15 replays of a CUDA graph of k calls (~5 ms each)."""
+    graph, calls = _graph(fn)
+    return statistics.median(_replays(graph, calls, 15))
 
 
 def worker(provider: str, out_path: Path, do_checks: bool) -> None:
@@ -293,6 +318,84 @@ def worker(provider: str, out_path: Path, do_checks: bool) -> None:
                 entry["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
             emit(entry)
         del q, k, v
+        torch.cuda.empty_cache()
+
+
+def _with_env(fn, env: dict[str, str]):
+    """fn with os.environ set as given while it runs (the dispatch reads ATTN_GLUON at
+    each call; a CUDA graph keeps the kernel chosen at capture)."""
+
+    def call(*args, **kwargs):
+        saved = {key: os.environ.get(key) for key in env}
+        os.environ.update(env)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    return call
+
+
+def paired_worker(providers: list[str], out_path: Path, rounds: int) -> None:
+    """Ratios to SDPA default from interleaved rounds, shape by shape."""
+    import numpy as np
+    import torch
+
+    from guard import stats
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    fns = {"sdpa": _functions("sdpa")["sdpa"]}
+    for p in providers:
+        if p == "sdpa":
+            continue
+        env = {"ATTN_GLUON": "0"} if p == "triton-portable" else {"ATTN_GLUON": "1"}
+        fn = next(iter(_functions(p).values()))
+        fns[p] = _with_env(fn, env)
+    os.environ.pop("ATTN_GLUON", None)
+    yard = fns["sdpa"]
+    rng = np.random.default_rng(0)
+
+    def emit(obj):
+        obj["kind"] = "paired"
+        with open(out_path, "a") as fh:
+            fh.write(json.dumps(obj) + "\n")
+        print(json.dumps(obj), flush=True)
+
+    for i, case in enumerate(TIMES):
+        b, hq, _, sq, sk, d, causal, _ = case
+        here = {n: f for n, f in fns.items()
+                if n == "sdpa" or _head_dim_filter(n) in (None, d)}  # fmt: skip
+        q, k, v = _inputs(case, seed=900 + i)
+        graphs = {}
+        for n, f in here.items():
+            try:  # a variant that fails to build or is wrong costs its cell, not the run
+                if n != "sdpa":
+                    _, _, ok = _check({n: f}, yard, case, seed=700 + i, strided=False,
+                                      slices_only=True)[n]  # fmt: skip
+                    if not ok:
+                        raise RuntimeError("wrong output on this shape: not timed")
+                graphs[n] = _graph(lambda f=f, q=q, k=k, v=v, c=causal: f(q, k, v, c))
+            except Exception as exc:
+                emit({"name": n, "case": case, "ok": False,
+                      "error": f"{type(exc).__name__}: {exc}"[:300]})  # fmt: skip
+        names = list(graphs)
+        samples: dict[str, list[list[float]]] = {n: [] for n in names}
+        for r in range(rounds):
+            for n in names[r % len(names) :] + names[: r % len(names)]:
+                samples[n].append(_replays(*graphs[n], 3))
+        for n in names:
+            entry = {"name": n, "case": case, "rounds": rounds, "ok": True,
+                     "ms": stats.case_time(samples[n])}  # fmt: skip
+            entry["tflops"] = flops(b, hq, sq, sk, d, causal) / entry["ms"] / 1e9
+            if n != "sdpa" and "sdpa" in samples:
+                iv = stats.ratio_interval(samples["sdpa"], samples[n], confidence=0.95, rng=rng)
+                entry.update(ratio=iv.ratio, low=iv.low, high=iv.high)
+            emit(entry)
+        del graphs, q, k, v
         torch.cuda.empty_cache()
 
 
@@ -367,6 +470,33 @@ def summary(rows: list[dict], log) -> None:
         ]
         label = f"({b},{hq},{hkv},{sq},{d}) {dtype} {'causal' if causal else 'full'}"
         log(f"| {label} | " + " | ".join(cell + ratios) + " |")
+    paired = [r for r in rows if r["kind"] == "paired"]
+    if not paired:
+        return
+    rounds = max(r.get("rounds", 0) for r in paired)
+    names = [n for n in dict.fromkeys(r["name"] for r in paired) if n != "sdpa"]
+    log(f"\n== side by side: ratio to SDPA default, {rounds} interleaved rounds "
+        "(95% interval); ms per call ==")  # fmt: skip
+    log("| shape (B,Hq,Hkv,Sq,D) dtype causal | sdpa ms | " + " | ".join(names) + " |")
+    log("|---|---|" + "---|" * len(names))
+    for case in TIMES:
+        b, hq, hkv, sq, _, d, causal, dtype = case
+        mine = {r["name"]: r for r in paired if tuple(r["case"]) == case}
+        if not mine:
+            continue
+        base = mine.get("sdpa", {}).get("ms")
+        cell = [f"{base:.4f}" if base else "—"]
+        for n in names:
+            r = mine.get(n)
+            if r is None:
+                cell.append("—")
+            elif "ratio" not in r:
+                cell.append(r.get("error", "ERR"))
+            else:
+                cell.append(f"**{r['ratio']:.3f}** [{r['low']:.3f}, {r['high']:.3f}] "
+                            f"{r['ms']:.4f}")  # fmt: skip
+        label = f"({b},{hq},{hkv},{sq},{d}) {dtype} {'causal' if causal else 'full'}"
+        log(f"| {label} | " + " | ".join(cell) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -378,10 +508,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-checks", action="store_true")
     parser.add_argument("--unchecked", default="", help="providers to time without checks")
     parser.add_argument("--suite", default=str(ROOT / "suites/default.yaml"))
+    parser.add_argument(
+        "--paired",
+        default="sdpa,triton,triton-portable",
+        help="providers timed side by side in interleaved rounds ('' skips)",
+    )
+    parser.add_argument("--rounds", type=int, default=15, help="rounds of the paired phase")
     parser.add_argument("--worker", default=None)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
+    if args.worker == "paired":
+        paired_worker(args.paired.split(","), results, args.rounds)
+        return 0
     if args.worker:
         worker(args.worker, results, not args.no_checks)
         return 0
@@ -418,6 +557,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.no_checks or p in unchecked:
             cmd.append("--no-checks")
         steps.append((cmd, {"sdpa": 40, "triton": 70, "triton-portable": 70}.get(p, 75), {}))
+    if args.paired:
+        cmd = [sys.executable, __file__, "--out", str(args.out), "--worker", "paired",
+               "--paired", args.paired, "--rounds", str(args.rounds)]  # fmt: skip
+        steps.append((cmd, 120, {}))
     for cmd, limit, env in steps:
         left = deadline - time.time()
         if left < 10:

@@ -27,9 +27,8 @@ store, which clips rows past seq_q.
 specialization, one warpgroup of 64 rows, a TMA ring refilled by the consumer, no
 overlap inside the warpgroup): the reference for the pipelined one, and the
 fallback if specialization misbehaves. Variant ``simple-overlap`` gives it FA3's
-intra-warpgroup overlap (the softmax of tile j under P_{j-1}·V_{j-1}) for the hd-64
-causal shapes, where 128-row CTAs waste half of each diagonal tile; compiled in CI,
-not yet measured on a GPU, so not in ``FASTER``.
+intra-warpgroup overlap (the softmax of tile j under P_{j-1}·V_{j-1}): the hd-64
+causal choice, where 128-row CTAs waste half of each diagonal tile.
 
 Inputs and limits.
 - sm_90 only (wgmma, TMA); the launcher of kernels/triton_flash_fwd.py dispatches
@@ -564,11 +563,15 @@ def _is_sm90(index: int) -> bool:
 # 1x16x1024). The launch plan keeps encoded TMA descriptors, so the Gluon launch costs
 # no more host time than the Triton one. Shapes below the smallest measured product
 # keep the Triton kernel (launch-bound; it is ahead of cuDNN there).
+# hd 64 causal: the one-warpgroup kernel with intra-warpgroup overlap and 64-key tiles,
+# H100 2026-11-26 (docs/data/gluon-h100/): 0.0336 vs 0.0348 ms (plain, 64-key tiles)
+# at (4,16,1024,64), 0.1060 vs 0.1163 at (8,32,1024,64) bf16; non-causal it tied the
+# plain kernel (0.0127 both) with 128-key tiles and lost with 64.
 FASTER: dict[tuple[int, bool], tuple[int, str, dict[str, int]]] = {
     (128, False): (2048 * 2048, "ws", {}),
     (128, True): (2048 * 2048, "ws", {}),
     (64, False): (1024 * 1024, "simple", {}),
-    (64, True): (1024 * 1024, "simple", {"BLOCK_N": 64}),
+    (64, True): (1024 * 1024, "simple-overlap", {"BLOCK_N": 64}),
 }
 
 
