@@ -6,6 +6,8 @@
 #   timed     the unchanged tree, gated kernels timed anyway (--time-identical)
 #   gluon-off a planted regression: the Gluon dispatch of hd-128 non-causal raised to
 #             S >= 4096, so (2, 8, 2048, 128) full goes back to the portable kernel
+#   overlap-off a planted regression: hd-64 causal back to the plain one-warpgroup Gluon
+#             kernel (no intra-warpgroup overlap; about 3.5% at (4, 16, 1024, 64) on an H100)
 #   ws-off    a planted regression in the portable kernel (its warp-specialized path
 #             off), measured with ATTN_GLUON=0 in both trees (the Triton kernel alone)
 #   ws-bursts the same PR measured in "bursts" (synchronized 1 ms samples, GPU idles)
@@ -51,11 +53,13 @@ PY
 
 WS_OFF='s/os.environ.get(_WS_ENV, "1") == "0"/True/'
 GLUON_OFF='s/(128, False): (2048 \* 2048,/(128, False): (4096 * 4096,/'
+OVERLAP_OFF='s/(64, True): (1024 \* 1024, "simple-overlap"/(64, True): (1024 * 1024, "simple"/'
 for p in "$@"; do
   case $p in
     same) check same "$(pr_tree same)" ;;
     timed) check timed "$(pr_tree timed)" --time-identical --kernels triton_flash cuda_flash sdpa ;;
     gluon-off) check gluon-off "$(pr_tree gluon-off "$GLUON_OFF" gluon_flash_fwd.py)" --html ;;
+    overlap-off) check overlap-off "$(pr_tree overlap-off "$OVERLAP_OFF" gluon_flash_fwd.py)" ;;
     ws-off) ATTN_GLUON=0 check ws-off "$(pr_tree ws-off "$WS_OFF")" ;;
     ws-bursts)
       sed 's/load: sustained/load: bursts/' suites/default.yaml > /tmp/bursts.yaml
