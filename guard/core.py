@@ -404,6 +404,22 @@ def with_resource_changes(
         replace(c, resource_changes=tuple(str(x) for x in changes.get(c.case_id, ())))
         for c in comparison.cases
     )
+    notes = comparison.notes
+    missing = {
+        (cid, arch): reason
+        for report in (base, head)
+        for cid, reasons in report.skipped.items()
+        for arch, reason in reasons.items()
+    }
+    if missing:
+        # A hook that could not report must not look like "no change".
+        (cid, arch), reason = next(iter(missing.items()))
+        ids = sorted({cid for cid, _ in missing})
+        notes = (
+            *notes,
+            f"compiler resources not compared for {len(ids)} case(s), e.g. {cid} on {arch}: "
+            f"{shown(reason)}",
+        )
 
     def stored(run: RunResult, report: resources.ResourceReport) -> RunResult:
         """The run with each case's records, as its results file keeps them."""
@@ -418,6 +434,7 @@ def with_resource_changes(
     return replace(
         comparison,
         cases=cases,
+        notes=notes,
         baseline=stored(comparison.baseline, base),
         candidate=stored(comparison.candidate, head),
     )

@@ -24,10 +24,17 @@ POOLS = {
     # collected with the Gluon dispatch on (the four S >= 1024 shapes run it).
     "h100-sustained-lease3": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T070736.json.gz",
     "h100-sustained-lease4": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T090008.json.gz",
+    # A third sustained lease, 28 rounds (hd-64 causal on the overlapped Gluon kernel):
+    # enough for the PR check's extension to 14 rounds per arm.
+    "h100-sustained-lease5": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T105838.json.gz",
 }
 # Published lower bounds (docs/CALIBRATION.md), less slack for the smaller re-run; the
 # +2% goal is for S >= 512 (the 128-token shape is launch-bound: 1-1.8% noise).
-MIN_POWER_PLUS2_LONG = {"h100": 0.85, "h200": 0.80}  # published: 0.97 and 0.89 at worst
+MIN_POWER_PLUS2_LONG = {
+    "h100": 0.85,  # published: 0.97 at worst
+    "h200": 0.80,  # 0.89
+    "h100-sustained-lease5": 0.85,  # 0.97
+}
 SHORT = "b1-h8-s128-d64-full"
 
 
@@ -37,13 +44,15 @@ def _pool(name: str):
     return [r["samples"] for r in doc["rounds"]], list(doc["plan"]["workloads"])
 
 
-@pytest.mark.parametrize("gpu", ["h100", "h200"])
+@pytest.mark.parametrize("gpu", ["h100", "h200", "h100-sustained-lease5"])
 def test_paired_rates_hold(gpu):
-    """The PR check: both trees on one machine, 6 rounds each growing to 20."""
+    """The PR check: both trees on one machine, 6 rounds each growing to 20 (to 14 in
+    the 28-round sustained pool, as published)."""
     plan = load_suite("suites/default.yaml").timing
     rounds, workloads = _pool(gpu)
     rule = Rule(min_effect=0.02, margin=plan.margin)
-    checks = cal.make_checks(len(rounds), plan.rounds, 14, 25, np.random.default_rng(7))
+    reserve = min(14, len(rounds) // 2 - plan.rounds)
+    checks = cal.make_checks(len(rounds), plan.rounds, reserve, 25, np.random.default_rng(7))
     rates = cal.evaluate(
         rounds, workloads, ["plus2", "plus5"], cal.rule_guard(rule, plan.alpha), checks, "g", 7
     )

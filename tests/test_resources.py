@@ -425,3 +425,72 @@ def test_a_bigger_tile_in_the_head_commit_shows_in_the_diff(tmp_path: Path, cach
     assert diff_cases(base.cases, head.cases)[case_id] == diff(
         base.cases[case_id], head.cases[case_id]
     )
+
+
+GPU_MACHINE_RECORDS = """
+import json, torch
+from kernels import triton_flash_fwd as tf
+from kernels import triton_flash_resources as tfr
+
+torch.cuda.is_available = lambda: True  # as on a GPU runner
+tf._cuda_device, tf._cuda_stream = (lambda: 0), (lambda index: 0)
+assert tf.plans_possible()  # outside compile_only, as on a GPU
+out = []
+for shape, causal in (([1, 2, 128, 64], False), ([4, 16, 1024, 64], True)):
+    params = {"shape": shape, "dtype": "float16", "causal": causal}
+    out.append([(r["path"], r["registers"]) for r in tfr.resources(params, "sm_90")])
+print(json.dumps(out))
+"""
+
+
+def test_triton_records_on_a_machine_with_a_gpu() -> None:
+    """On the GPU runner torch.cuda is available inside compile_only too: the launchers
+    must still not keep a launch plan (the compiled kernel cannot be loaded under the
+    compile-only driver), or every triton_flash record is skipped and a PR's resource
+    changes vanish from its report (seen on an H100, 2026-11-26)."""
+    import json
+    import subprocess
+    import sys
+
+    from guard.proc import child_env
+
+    proc = subprocess.run(
+        [sys.executable, "-c", GPU_MACHINE_RECORDS],
+        cwd=ROOT, env=child_env(compiled=True), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    portable, gluon = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [p for p, _ in portable] == ["pointer"]
+    assert [p for p, _ in gluon] == ["gluon-simple-overlap"]
+    assert portable[0][1] > 0 and gluon[0][1] > 0
+
+
+def test_records_a_hook_could_not_make_are_a_note_not_silence(monkeypatch) -> None:
+    """A case whose records are missing in either tree is named in the comparison's
+    notes: an empty diff must not pass for "no resource change"."""
+    import sys
+
+    from guard import core, resources
+    from guard.compare import compare_runs
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import report_data as data
+
+    comparison = compare_runs(*data.pair())
+    case_id = comparison.cases[0].case_id
+    skipped = {"base": {case_id: {"sm_90": "AttributeError: no utils"}}, "head": {}}
+
+    def collect(root: str, *args: object, **kwargs: object) -> ResourceReport:
+        return ResourceReport(arches=("sm_90",), cases={}, skipped=skipped[root])
+
+    monkeypatch.setattr(resources, "collect_in_tree", collect)
+    suite = load_suite(ROOT / "suites/default.yaml")
+    out = core.with_resource_changes(comparison, suite, "base", "head")
+    note = [n for n in out.notes if n.startswith("compiler resources not compared")]
+    assert note == [
+        f"compiler resources not compared for 1 case(s), e.g. {case_id} on sm_90: "
+        "'AttributeError: no utils'"
+    ]
+    skipped["base"] = {}
+    out = core.with_resource_changes(comparison, suite, "base", "head")
+    assert not [n for n in out.notes if n.startswith("compiler resources")]
