@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The device calls that issues 12 and 14 still need, on whichever card the call lands
 # (a call asking for an H200 may get an H100). Each call fits the 10-minute limit:
-#   benchmarks/device_next.sh 1   H200: the PR-check proof (unchanged, planted) and the
-#                                 baseline refresh; H100: the Gluon bench (simple-overlap)
+#   benchmarks/device_next.sh 1   H200: the baseline refresh, then the PR-check proof
+#                                 against it (unchanged, planted); H100: two planted PRs
+#                                 (resource notes on the GPU) and a second side-by-side
 #   benchmarks/device_next.sh 2   H200: a sustained pool and the portable kernel's plant
 #                                 at the power cap; H100: a 40-round sustained pool
 # Results in $OUT, packed (a call returns at most 8 files).
@@ -11,10 +12,15 @@ cd "$(dirname "$0")/.."
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $gpu, call ${1:-1}"
 case "$gpu:${1:-1}" in
-  *H200*:1) timeout 570 benchmarks/pr_check_proof.sh same gluon-off refresh ;;
+  *H200*:1) timeout 250 benchmarks/pr_check_proof.sh refresh
+            cp "$OUT"/nvidia-h200*.json baselines/ && git status --short baselines/
+            timeout 300 benchmarks/pr_check_proof.sh same overlap-off ;;
   *H200*:2) timeout 150 benchmarks/pr_check_proof.sh ws-off
             CAL_SECONDS=380 CAL_LIMIT=400 benchmarks/gpu_session.sh calibrate ;;
-  *:1) GLUON_BUDGET=300 benchmarks/gpu_session.sh gluon gluon-gate ncu-gluon ;;
+  *:1) timeout 400 benchmarks/pr_check_proof.sh overlap-off gluon-off
+       timeout 150 python3 benchmarks/bench_gluon.py --out "$OUT/paired2" --no-host \
+         --providers sdpa --paired sdpa,triton --rounds 25 > "$OUT/paired2.log" 2>&1
+       tail -14 "$OUT/paired2.log" ;;
   *:2) CAL_SECONDS=400 CAL_LIMIT=420 benchmarks/gpu_session.sh calibrate ;;
 esac
 benchmarks/gpu_session.sh pack
