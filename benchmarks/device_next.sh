@@ -9,6 +9,8 @@
 # Results in $OUT, packed (a call returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+export OUT=${OUT:-$PWD/gpu-out} PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 echo "GPU: $gpu, call ${1:-1}"
 case "$gpu:${1:-1}" in
