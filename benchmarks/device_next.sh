@@ -2,8 +2,8 @@
 # The device calls that issues 12 and 14 still need, on whichever card the call lands
 # (a call asking for an H200 may get an H100). Each call fits the 10-minute limit:
 #   benchmarks/device_next.sh 1   H200: the baseline refresh, then the PR-check proof
-#                                 against it (unchanged, planted); H100: a sustained pool
-#                                 (an across-lease A/A with the same kernels)
+#                                 against it (unchanged, planted); H100: the persistent
+#                                 Gluon variant checked and timed side by side
 #   benchmarks/device_next.sh 2   H200: a sustained pool and the portable kernel's plant
 #                                 at the power cap; H100: a 40-round sustained pool
 # Results in $OUT, packed (a call returns at most 8 files).
@@ -19,7 +19,11 @@ case "$gpu:${1:-1}" in
             timeout 300 benchmarks/pr_check_proof.sh same overlap-off ;;
   *H200*:2) timeout 150 benchmarks/pr_check_proof.sh ws-off
             CAL_SECONDS=380 CAL_LIMIT=400 benchmarks/gpu_session.sh calibrate ;;
-  *:1) CAL_SECONDS=400 CAL_LIMIT=420 benchmarks/gpu_session.sh calibrate ;;
+  *:1) timeout 300 python3 benchmarks/bench_gluon.py --out "$OUT/persistent" --no-host \
+         --budget-s 280 --providers sdpa,gluon-ws-persistent \
+         --paired sdpa,triton,gluon-ws-persistent,gluon-ws:STAGES=2:hd=128 --rounds 25 \
+         > "$OUT/persistent.log" 2>&1
+       tail -32 "$OUT/persistent.log" ;;
   *:2) CAL_SECONDS=400 CAL_LIMIT=420 benchmarks/gpu_session.sh calibrate ;;
 esac
 benchmarks/gpu_session.sh pack

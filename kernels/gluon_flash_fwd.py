@@ -75,7 +75,7 @@ from kernels.triton_flash_fwd import PlanBase, Scalars
 _ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma per matmul
 ROWS = gl.constexpr(_ROWS)
 SUPPORTED_HEAD_DIMS = (64, 128)
-VARIANTS = ("ws", "ws-pingpong", "simple", "simple-overlap")
+VARIANTS = ("ws", "ws-pingpong", "ws-persistent", "simple", "simple-overlap")
 
 
 # ----------------------------------------------------------------------------------------
@@ -190,13 +190,16 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n_tiles,  # type: ignore[no-untyped-def]
-              WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-              PINGPONG: gl.constexpr):  # fmt: skip
-    q_bar, k_ready, v_ready, k_empty, v_empty, sched = bars
-    HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
+def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_full, it0,  # type: ignore[no-untyped-def]
+                   WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                   PINGPONG: gl.constexpr):  # fmt: skip
+    # One row block's key tiles through the ring, from ring position it0 (a persistent
+    # CTA's earlier tiles used positions 0..it0-1): every Q·K^T and all but the last
+    # P·V. Returns acc, P of the last tile (its P·V still to issue), m and l.
+    _, k_ready, v_ready, k_empty, v_empty, sched = bars
+    HEAD_DIM: gl.constexpr = q.shape[1]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
-    dtype: gl.constexpr = o_desc.dtype
+    dtype: gl.constexpr = q.dtype
     qk_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
     )
@@ -204,19 +207,15 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-    row0 = m0 + WG * ROWS
-    n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
-
-    mbarrier.wait(q_bar, 0)
-    q = q_smem.index(WG).reshape([ROWS, HEAD_DIM])
     zero_qk = gl.zeros([ROWS, BLOCK_N], gl.float32, qk_layout)
 
     # Tile 0: Q·K_0^T and its softmax; P_0·V_0 is issued with tile 1's Q·K^T.
-    mbarrier.wait(k_ready.index(0), 0)
-    qk = warpgroup_mma(q, k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
+    s0 = it0 % STAGES
+    mbarrier.wait(k_ready.index(s0), (it0 // STAGES) & 1)
+    qk = warpgroup_mma(q, k_smem.index(s0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
                        zero_qk, use_acc=False, is_async=True)  # fmt: skip
     qk = warpgroup_mma_wait(0, deps=(qk,))
-    mbarrier.arrive(k_empty.index(0))
+    mbarrier.arrive(k_empty.index(s0))
     m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, qk_layout))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, qk_layout))
     p, m_i, l_i, alpha = _tile_softmax(qk, 0, n_full == 0, row0, seq_k, m_i, l_i, qk_scale,
@@ -225,16 +224,16 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
     for j in range(1, n_tiles):
-        s = j % STAGES
-        sp = (j - 1) % STAGES
+        s = (it0 + j) % STAGES
+        sp = (it0 + j - 1) % STAGES
         if PINGPONG:
             # Take turns with the other warpgroup: WG 0 starts (a fresh barrier passes
             # a wait on phase 1), then each waits for the other's previous issue.
             mbarrier.wait(sched.index(WG), ((j - 1) & 1) ^ (1 - WG))
-        mbarrier.wait(k_ready.index(s), (j // STAGES) & 1)
+        mbarrier.wait(k_ready.index(s), ((it0 + j) // STAGES) & 1)
         qk = warpgroup_mma(q, k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
                            zero_qk, use_acc=False, is_async=True)  # fmt: skip
-        mbarrier.wait(v_ready.index(sp), ((j - 1) // STAGES) & 1)
+        mbarrier.wait(v_ready.index(sp), ((it0 + j - 1) // STAGES) & 1)
         acc = warpgroup_mma(p16, v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM]), acc,
                             is_async=True)  # fmt: skip
         if PINGPONG:
@@ -249,13 +248,40 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         p16 = gl.convert_layout(p.to(dtype), p_layout)
         m_i = m_new
+    return acc, p16, l_i
 
-    sl = (n_tiles - 1) % STAGES
-    mbarrier.wait(v_ready.index(sl), ((n_tiles - 1) // STAGES) & 1)
+
+@gluon.jit
+def _last_pv(acc, p16, v_smem, bars, it_last, STAGES: gl.constexpr):  # type: ignore[no-untyped-def]
+    # The row block's last P·V, from ring position it_last.
+    _, _, v_ready, _, v_empty, _ = bars
+    BLOCK_N: gl.constexpr = v_smem.shape[3]
+    HEAD_DIM: gl.constexpr = v_smem.shape[4]
+    sl = it_last % STAGES
+    mbarrier.wait(v_ready.index(sl), (it_last // STAGES) & 1)
     acc = warpgroup_mma(p16, v_smem.index(sl).reshape([BLOCK_N, HEAD_DIM]), acc,
                         is_async=True)  # fmt: skip
     acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
     mbarrier.arrive(v_empty.index(sl))
+    return acc
+
+
+@gluon.jit
+def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n_tiles,  # type: ignore[no-untyped-def]
+              WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+              PINGPONG: gl.constexpr):  # fmt: skip
+    HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    BLOCK_N: gl.constexpr = k_smem.shape[3]
+    row0 = m0 + WG * ROWS
+    n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
+    mbarrier.wait(bars[0], 0)
+    q = q_smem.index(WG).reshape([ROWS, HEAD_DIM])
+    acc, p16, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles,
+                                   n_full, 0, WG, CAUSAL, STAGES, PINGPONG)  # fmt: skip
+    acc = _last_pv(acc, p16, v_smem, bars, n_tiles - 1, STAGES)
     # This warpgroup's Q buffer is free (its last Q·K^T retired): stage O there.
     _store_out(acc, l_i, q_smem.index(WG), o_desc, b, h, row0, o_layout)
 
@@ -309,6 +335,130 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # t
                          n_tiles, 1, CAUSAL, STAGES, PINGPONG)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0,
                          n_tiles, STAGES)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )  # fmt: skip
+
+
+@gluon.jit
+def _tile_of(t, n_m, heads):  # type: ignore[no-untyped-def]
+    # Persistent tile t -> (row block, head, batch); row blocks vary fastest, so the
+    # CTAs working at one time share a head's K/V in L2, as the per-tile grid does.
+    return t % n_m, (t // n_m) % heads, t // (n_m * heads)
+
+
+@gluon.jit
+def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,  # type: ignore[no-untyped-def]
+                         kv_group, n_m, heads, total, n_tiles, STAGES: gl.constexpr):  # fmt: skip
+    q_bar, k_ready, v_ready, k_empty, v_empty, _ = bars
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    it = 0
+    ti = 0
+    for t in range(gl.program_id(0), total, gl.num_programs(0)):
+        pid_m, h, b = _tile_of(t, n_m, heads)
+        hk = h // kv_group
+        m0 = pid_m * 2 * ROWS
+        # Both consumers released their Q buffer (after their last Q·K^T of the
+        # previous tile, before its last P·V and store): load this tile's Q.
+        mbarrier.wait(q_empty, (ti & 1) ^ 1)
+        mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_bar, q_smem.index(0))
+        tma.async_copy_global_to_shared(q_desc, [b, h, m0 + ROWS, 0], q_bar, q_smem.index(1))
+        for j in range(n_tiles):
+            s = it % STAGES
+            phase = ((it // STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(s), phase)
+            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                k_desc, [b, hk, j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s)
+            )
+            mbarrier.wait(v_empty.index(s), phase)
+            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                v_desc, [b, hk, j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s)
+            )
+            it += 1
+        ti += 1  # noqa: SIM113 (no enumerate() in a jitted loop)
+
+
+@gluon.jit
+def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale,  # type: ignore[no-untyped-def]
+                         seq_k, n_m, heads, total, n_tiles,
+                         WG: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_smem.shape[3]
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    n_full = seq_k // BLOCK_N
+    it = 0
+    ti = 0
+    for t in range(gl.program_id(0), total, gl.num_programs(0)):
+        pid_m, h, b = _tile_of(t, n_m, heads)
+        row0 = pid_m * 2 * ROWS + WG * ROWS
+        mbarrier.wait(bars[0], ti & 1)
+        q = q_smem.index(WG).reshape([ROWS, HEAD_DIM])
+        acc, p16, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
+                                       n_tiles, n_full, it, WG, False, STAGES, False)  # fmt: skip
+        # Every Q·K^T of this tile retired: the producer may load the next tile's Q
+        # while this warpgroup finishes P·V and stores O.
+        mbarrier.arrive(q_empty)
+        acc = _last_pv(acc, p16, v_smem, bars, it + n_tiles - 1, STAGES)
+        # O through this warpgroup's own buffer; the previous tile's TMA store must
+        # have read it first (waited here, not after issuing: it overlaps the tile).
+        tma.store_wait(0)
+        l_i = gl.where(l_i == 0.0, 1.0, l_i)
+        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+        o = (acc / gl.expand_dims(l_o, 1)).to(o_desc.dtype)
+        o_smem.index(WG).reshape([ROWS, HEAD_DIM]).store(o)
+        fence_async_shared()
+        tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_smem.index(WG))
+        it += n_tiles
+        ti += 1  # noqa: SIM113 (no enumerate() in a jitted loop)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, n_m,  # type: ignore[no-untyped-def]
+                            heads, batch, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                            PRODUCER_REGS: gl.constexpr):  # fmt: skip
+    # Non-causal only: every tile has the same key range, so a static round-robin of
+    # tiles over the CTAs (one per SM) balances.
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    n_tiles = gl.cdiv(seq_k, BLOCK_N)
+    total = n_m * heads * batch
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    o_smem = gl.allocate_shared_memory(o_desc.dtype, [2] + o_desc.block_type.shape, o_desc.layout)
+    k_smem = gl.allocate_shared_memory(
+        k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout
+    )
+    v_smem = gl.allocate_shared_memory(
+        v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout
+    )
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_empty, count=2)  # one arrive per consumer warpgroup and tile
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
+    bars = (q_bar, k_ready, v_ready, k_empty, v_empty, q_empty)  # no scheduler barrier
+
+    gl.warp_specialize(
+        [
+            (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
+                                    qk_scale, seq_k, n_m, heads, total, n_tiles, 0, STAGES)),
+            (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
+                                    qk_scale, seq_k, n_m, heads, total, n_tiles, 1, STAGES)),
+            (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
+                                    q_empty, kv_group, n_m, heads, total, n_tiles, STAGES)),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],
@@ -508,6 +658,8 @@ def config(head_dim: int, causal: bool, variant: str = "ws", **overrides: int) -
     if unknown:
         raise ValueError(f"config overrides {sorted(unknown)} unknown for variant {variant!r}")
     cfg = {**cfg, **overrides}
+    if variant == "ws-persistent" and head_dim == 128 and "STAGES" not in overrides:
+        cfg["STAGES"] = 2  # its own O buffers (32 KB) leave room for two stages, not three
     if variant == "simple-overlap" and cfg["STAGES"] < 2:
         # Its loop refills a slot only after waiting for the next tile: with one slot
         # that tile never comes.
@@ -520,6 +672,17 @@ def config(head_dim: int, causal: bool, variant: str = "ws", **overrides: int) -
 # ----------------------------------------------------------------------------------------
 
 _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+
+
+def _sm_count(q: torch.Tensor) -> int:
+    # One persistent CTA per SM (they take a whole SM's shared memory); an H100 SXM's
+    # 132 when compiling without a GPU.
+    return _sm_count_of(q.get_device()) if q.is_cuda else 132
+
+
+@functools.cache
+def _sm_count_of(index: int) -> int:
+    return int(torch.cuda.get_device_properties(index).multi_processor_count)
 
 
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
@@ -719,10 +882,23 @@ def launch(
     cfg = config(head_dim, causal, variant, **overrides)
     q_desc, o_desc = _descriptor(q, _ROWS), _descriptor(out, _ROWS)
     k_desc, v_desc = _descriptor(k, cfg["BLOCK_N"]), _descriptor(v, cfg["BLOCK_N"])
-    scalars = (scale * math.log2(math.e), seq_k, heads_q // k.shape[1])
-    if variant.startswith("simple"):
+    scalars: Scalars = (scale * math.log2(math.e), seq_k, heads_q // k.shape[1])
+    if variant == "ws-persistent" and causal:
+        # Causal row blocks differ in length: the per-tile grid (heaviest first) balances
+        # them, a static round-robin would not.
+        variant = "ws"
+    if variant == "ws-persistent":
+        n_m = triton.cdiv(seq_q, 2 * _ROWS)
+        grid = (min(n_m * heads_q * batch, _sm_count(q)),)
+        scalars = (*scalars, n_m, heads_q, batch)
+        constexprs: Scalars = (cfg["STAGES"], cfg["CONSUMER_REGS"], cfg["PRODUCER_REGS"])
+        kernel = _attn_fwd_ws_persistent[grid](
+            q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs,
+            num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"],
+        )  # fmt: skip
+    elif variant.startswith("simple"):
         grid = (triton.cdiv(seq_q, _ROWS), heads_q, batch)
-        constexprs: Scalars = (causal, cfg["STAGES"], variant == "simple-overlap")
+        constexprs = (causal, cfg["STAGES"], variant == "simple-overlap")
         kernel = _attn_fwd_simple[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs, num_warps=cfg["num_warps"]
         )
