@@ -23,6 +23,15 @@ ragged last key tile); whole tiles run unmasked. The output (divided by the row
 sums) goes back through shared memory (the warpgroup's own Q buffer) with a TMA
 store, which clips rows past seq_q.
 
+``_attn_fwd_ws_persistent`` (variant ``ws-persistent``, non-causal only) is the same
+pipeline with one CTA per SM: output tiles dealt round-robin, the ring positions and
+barrier phases running on across tiles, and each consumer releasing its Q buffer
+(``q_empty``) as soon as its last Q·K^T retired, so the producer loads the next
+tile's Q while the consumers finish P·V and store O from their own buffers (the TMA
+store waited on only before the next tile overwrites it). FA3's persistent scheduler
+in its static form; the prologue and epilogue a per-tile CTA pays with idle tensor
+cores overlap the neighbouring tiles' work.
+
 ``_attn_fwd_simple`` is the plain version of the same kernel (no warp
 specialization, one warpgroup of 64 rows, a TMA ring refilled by the consumer, no
 overlap inside the warpgroup): the reference for the pipelined one, and the

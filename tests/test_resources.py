@@ -436,7 +436,9 @@ torch.cuda.is_available = lambda: True  # as on a GPU runner
 tf._cuda_device, tf._cuda_stream = (lambda: 0), (lambda index: 0)
 assert tf.plans_possible()  # outside compile_only, as on a GPU
 out = []
-for shape, causal in (([1, 2, 128, 64], False), ([4, 16, 1024, 64], True)):
+for shape, causal in (
+    ([1, 2, 128, 64], False), ([4, 16, 1024, 64], True), ([2, 8, 2048, 128], False)
+):
     params = {"shape": shape, "dtype": "float16", "causal": causal}
     out.append([(r["path"], r["registers"]) for r in tfr.resources(params, "sm_90")])
 print(json.dumps(out))
@@ -459,10 +461,11 @@ def test_triton_records_on_a_machine_with_a_gpu() -> None:
         cwd=ROOT, env=child_env(compiled=True), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    portable, gluon = json.loads(proc.stdout.strip().splitlines()[-1])
+    portable, gluon, persistent = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [p for p, _ in portable] == ["pointer"]
     assert [p for p, _ in gluon] == ["gluon-simple-overlap"]
-    assert portable[0][1] > 0 and gluon[0][1] > 0
+    assert [p for p, _ in persistent] == ["gluon-ws-persistent"]
+    assert portable[0][1] > 0 and gluon[0][1] > 0 and persistent[0][1] > 0
 
 
 def test_records_a_hook_could_not_make_are_a_note_not_silence(monkeypatch) -> None:
