@@ -45,7 +45,7 @@ for p in "$@"; do
       phase compare 540 python3 -m guard compare --baselines baselines --out "$OUT/compare.json" --markdown "$OUT/compare.md" --html "$OUT/compare.html" ;;
     gluon)  # the Gluon kernel against SDPA and the portable kernel (docs/PERFORMANCE.md)
       TAIL=45 phase gluon "$(( ${GLUON_BUDGET:-220} + 20 ))" python3 benchmarks/bench_gluon.py \
-        --out "$OUT" --budget-s "${GLUON_BUDGET:-220}" --providers "${GLUON_PROVIDERS:-sdpa,triton,triton-portable,triton+gluon,gluon-ws,gluon-simple,gluon-simple-overlap:hd=64,gluon-simple-overlap:BLOCK_N=64:hd=64}" \
+        --out "$OUT" --budget-s "${GLUON_BUDGET:-220}" --providers "${GLUON_PROVIDERS:-sdpa,triton,triton-portable,triton+gluon,gluon-ws,gluon-ws-persistent,gluon-simple,gluon-simple-overlap:hd=64,gluon-simple-overlap:BLOCK_N=64:hd=64}" \
         --unchecked "${GLUON_UNCHECKED:-triton-portable}" \
         --paired "${GLUON_PAIRED:-sdpa,triton,triton-portable,gluon-simple:BLOCK_N=64:hd=64}" ;;
     gluon-gate)  # exit 1 when a check of the dispatched kernel failed in the gluon phase
