@@ -332,16 +332,9 @@ def run(args: argparse.Namespace, out_dir: Path) -> Outcome:
 def publish(outcome: Outcome, out_dir: Path) -> None:
     """Everything GitHub sees, rendered from the one outcome."""
     results.write_atomic(out_dir / OUTCOME_FILE, json.dumps(outcome.to_json(), indent=1) + "\n")
-    for case in outcome.moved:
-        if case.fails or case.verdict.value in ("wrong", "error"):
-            title = {
-                "wrong": "Wrong results",
-                "error": "Kernel failed to run",
-                "regression": "Performance regression",
-            }.get(case.verdict.value, "perf-guard")
-            ratio = f" ({case.ratio:.3f}x)" if case.ratio else ""
-            why = case.reason or case.verdict.value
-            annotate("error", f"{title}: {case.case_id}", f"{why}{ratio}")
+    if os.environ.get("GITHUB_ACTIONS"):
+        for line in render.annotations(outcome):
+            print(line, flush=True)
     for path in outcome.baseline_changes:
         annotate("warning", "This PR changes a baseline", f"{path}: takes effect after merge", path)
     if outcome.policy_changes:

@@ -199,7 +199,7 @@ def _render_comparison(args: argparse.Namespace, comparison: Comparison) -> int:
                 print(f"resources: {text.one_line(c.case_id)}: {text.one_line(change)}")
         print(text.one_line(comparison.headline))
     if os.environ.get("GITHUB_ACTIONS"):
-        for line in render.annotations(comparison):
+        for line in render.annotations(comparison.outcome()):
             print(line)
     _write_summary(render.comparison_markdown(comparison), args.markdown)
     if args.html:

@@ -11,7 +11,7 @@ from typing import Any
 
 from guard.compare import CaseComparison, Comparison, Status
 from guard.history import Trend
-from guard.outcome import CaseVerdict, shown_as_moved
+from guard.outcome import CaseVerdict, Outcome, shown_as_moved
 from guard.results import OK, RunResult
 from guard.suite import flops
 from guard.text import (
@@ -219,21 +219,30 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
     }
 
 
-def annotations(comparison: Comparison) -> list[str]:
-    """GitHub workflow commands (``::error``) for each failing case."""
+_ANNOTATION_TITLES = {
+    CaseVerdict.WRONG: "Wrong results",
+    CaseVerdict.ERROR: "Kernel failed to run",
+    CaseVerdict.REGRESSION: "Performance regression",
+}
+
+
+def annotations(outcome: Outcome) -> list[str]:
+    """GitHub workflow commands for the cases behind a check that did not pass: an
+    ``::error`` for each failing regression, wrong result (gated or not: either fails
+    the check) and gated kernel that failed to run; a ``::warning`` for a not-gated
+    kernel that failed to run (shown, never the verdict). One rule for the PR check
+    (``guard.ci``) and ``guard compare`` under GitHub Actions."""
     out = []
-    for c in comparison.cases:
-        if c.status is Status.WRONG:
-            out.append(gh_command("error", c.reason, title=f"Wrong results: {c.case_id}"))
-        elif c.fails:
-            msg = (
-                f"{c.case_id} is {c.interval.ratio:.3f}x the baseline, CI {fmt_ci(c)}"
-                if c.interval
-                else c.case_id
-            )
-            out.append(gh_command("error", msg, title=f"Performance regression: {c.case_id}"))
-        elif c.infra_failure:
-            out.append(gh_command("error", c.reason, title=f"Kernel failed to run: {c.case_id}"))
+    for c in outcome.moved:
+        title = _ANNOTATION_TITLES.get(c.verdict)
+        if title is None or (c.verdict is CaseVerdict.REGRESSION and not c.fails):
+            continue
+        if c.fails and c.ratio is not None and c.low is not None and c.high is not None:
+            msg = f"{c.case_id} is {c.ratio:.3f}x the baseline, CI [{c.low:.3f}, {c.high:.3f}]"
+        else:
+            msg = c.reason or c.verdict.value
+        level = "warning" if c.verdict is CaseVerdict.ERROR and not c.gate else "error"
+        out.append(gh_command(level, msg, title=f"{title}: {c.case_id}"))
     return out
 
 

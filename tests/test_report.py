@@ -157,14 +157,19 @@ def test_markdown_escaping_keeps_plain_names() -> None:
 def test_annotations_are_one_command_each() -> None:
     """A newline in a case name or message must not start a second workflow command,
     nor a "::" in a name end the title early."""
-    lines = render.annotations(_evil_comparison())
-    assert len(lines) == 2  # the regression, the wrong case
+    lines = render.annotations(_evil_comparison().outcome())
+    # The regression and the wrong case fail the check (errors); the not-gated kernel
+    # that failed to run is shown only (a warning).
+    assert [line.split(" ", 1)[0] for line in lines] == ["::error", "::error", "::warning"]
     for line in lines:
         assert "\n" not in line and "\r" not in line
         command, props, _ = re.fullmatch(r"::(\w+) ([^:]*)::(.*)", line).groups()
-        assert command == "error" and props.startswith("title=")
+        assert command in ("error", "warning") and props.startswith("title=")
         assert props.endswith("%0A%3A%3Aerror%3A%3Apwned" + props[-1])  # title, escaped
-    assert lines[0].startswith("::error title=Performance regression%3A triton_flash/x<img")
+    assert lines[0].startswith("::error title=Wrong results%3A cuda_flash/x<img")
+    assert lines[1].startswith("::error title=Performance regression%3A triton_flash/x<img")
+    assert "is 1." in lines[1] and "x the baseline, CI [" in lines[1]
+    assert lines[2].startswith("::warning title=Kernel failed to run%3A cuda_flash/x<img")
 
 
 # ----------------------------------------------------------------- the HTML
