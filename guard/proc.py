@@ -1,4 +1,5 @@
-"""What every child process the guard starts shares: where the guard lives, its env.
+"""What every child process the guard starts shares: where the guard lives, its env,
+and (for the compile-only resources child and ncu) a run in a process group of its own.
 
 The runner's workers, the compile-only resources child and ncu's profiled child all
 run this guard's modules (``GUARD_ROOT`` first on ``PYTHONPATH``) against some tree's
@@ -7,8 +8,15 @@ run this guard's modules (``GUARD_ROOT`` first on ``PYTHONPATH``) against some t
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 GUARD_ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,3 +40,52 @@ def local_kernels_root() -> str:
     import kernels
 
     return str(Path(kernels.__file__).resolve().parent.parent)
+
+
+@dataclass(frozen=True)
+class GroupRun:
+    """How a ``run_group`` child ended, and the tails of what it wrote."""
+
+    returncode: int | None  # None: killed at its timeout
+    stdout: str
+    stderr: str
+
+
+def _read_tail(f: BinaryIO, limit: int) -> str:
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    f.seek(max(0, size - limit))
+    return f.read().decode("utf-8", errors="replace")
+
+
+def run_group(
+    argv: Sequence[str],
+    timeout_s: float,
+    env: Mapping[str, str],
+    *,
+    stdout_limit: int,
+    stderr_limit: int,
+) -> GroupRun:
+    """Run ``argv`` from ``GUARD_ROOT`` as the leader of a new process group; SIGKILL the
+    group at ``timeout_s`` and whenever this returns (nvcc, ptxas, ncu's child: nothing
+    outlives the call). Keeps the last ``stdout_limit`` / ``stderr_limit`` bytes of each
+    stream. OSError when it cannot start."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=str(GUARD_ROOT),
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+        try:
+            code: int | None = proc.wait(timeout=max(0.0, timeout_s))
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        return GroupRun(code, _read_tail(out, stdout_limit), _read_tail(err, stderr_limit))

@@ -41,25 +41,19 @@ shows here as "—".
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import json
 import math
-import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 from guard.errors import cut
-from guard.proc import GUARD_ROOT, child_env
+from guard.proc import GroupRun, child_env, run_group
 from guard.profile_target import ERROR_PREFIX, NVTX_RANGE
 from guard.suite import Case
 from guard.text import md_code, md_table, md_text
@@ -262,44 +256,6 @@ def kernel_profile(rows: Sequence[RawKernel]) -> KernelProfile | None:
 # ------------------------------------------------------------------------ running
 
 
-@dataclass(frozen=True)
-class _Run:
-    returncode: int | None  # None: killed at its timeout
-    stdout: str
-    stderr: str
-
-
-def _read_tail(f: BinaryIO, limit: int) -> str:
-    f.seek(0, os.SEEK_END)
-    size = f.tell()
-    f.seek(max(0, size - limit))
-    return f.read().decode("utf-8", errors="replace")
-
-
-def _run_group(argv: Sequence[str], timeout_s: float, env: Mapping[str, str]) -> _Run:
-    """Run ``argv`` as the leader of a new process group; SIGKILL the group at
-    ``timeout_s`` and whenever this returns (ncu's child, the kernels' children)."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(
-            list(argv),
-            cwd=str(GUARD_ROOT),
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            start_new_session=True,
-        )
-        try:
-            code: int | None = proc.wait(timeout=max(0.0, timeout_s))
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        return _Run(code, _read_tail(out, OUTPUT_LIMIT), _read_tail(err, STDERR_LIMIT))
-
-
 def ncu_command(ncu: str, case: Case, tree: str | Path, seed: int) -> list[str]:
     """The ncu command line that profiles ``case`` in ``tree`` (one call, after warm-up)."""
     return [
@@ -330,7 +286,7 @@ def ncu_command(ncu: str, case: Case, tree: str | Path, seed: int) -> list[str]:
     ]
 
 
-def _error_line(run: _Run) -> str:
+def _error_line(run: GroupRun) -> str:
     """The first line that says why ncu (or the profiled case) failed."""
     lines = [line.strip() for line in (run.stdout + "\n" + run.stderr).splitlines()]
     for line in lines:  # the case's own error says more than ncu's "returned an error code"
@@ -358,7 +314,10 @@ def _profile_arm(
         raise _Skip(f"profiling budget spent before the {arm} run ({budget_s:g} s for both)")
     env = child_env(compiled=True)
     try:
-        run = _run_group(ncu_command(ncu, case, tree, seed), timeout_s, env)
+        run = run_group(
+            ncu_command(ncu, case, tree, seed), timeout_s, env,
+            stdout_limit=OUTPUT_LIMIT, stderr_limit=STDERR_LIMIT,
+        )  # fmt: skip
     except OSError as exc:
         raise _Skip(f"cannot start ncu ({exc})") from None
     if run.returncode is None:

@@ -21,12 +21,8 @@ Report file format (``schema_version``):
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from guard.errors import BadInput, ExitCode, GuardError, InfraError
-from guard.proc import GUARD_ROOT, child_env, local_kernels_root
+from guard.proc import child_env, local_kernels_root, run_group
 
 if TYPE_CHECKING:
     from guard.suite import Suite
@@ -432,34 +428,13 @@ def collect_in_tree(
             cmd += ["--kernels", *kernels]
         if case_names:
             cmd += ["--cases", *case_names]
-        with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as err:
-            try:
-                proc = subprocess.Popen(
-                    cmd,
-                    cwd=str(GUARD_ROOT),
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=err,
-                    stderr=err,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise InfraError(f"cannot start the resources process ({exc})") from None
-            try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                raise InfraError(
-                    f"compiling for resources in {tree} timed out after {timeout_s:g} s"
-                ) from None
-            finally:
-                if proc.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-            err.seek(0)
-            output = err.read()[-4000:]
+        try:
+            run = run_group(cmd, timeout_s, env, stdout_limit=4000, stderr_limit=4000)
+        except OSError as exc:
+            raise InfraError(f"cannot start the resources process ({exc})") from None
+        if run.returncode is None:
+            raise InfraError(f"compiling for resources in {tree} timed out after {timeout_s:g} s")
+        rc, output = run.returncode, (run.stdout + run.stderr)[-4000:]
         if rc == ExitCode.BAD_INPUT:
             last = output.strip().splitlines()[-1] if output.strip() else "bad input"
             raise BadInput(last.removeprefix("error: "))
