@@ -6,7 +6,10 @@ suite hash. A run is identified by a hash of its whole content (``run_key``): th
 same run appended twice is stored once, two runs made in the same second of one
 commit (concurrent CI jobs) are two runs. ``trend(db, case_id)`` reads one case's
 series back in the order the runs were made, on one GPU (timings from two GPU models
-never share a series), and flags its step changes with ``detect_steps``.
+never share a series), and flags its step changes with ``detect_steps``. The number a
+point shows and the step detection reads is ``HistoryPoint.time``: ``stats.case_time``
+of its round medians, as every other report shows a run (the pooled median is kept as
+stored, for rows written without round medians).
 
 The store is one SQLite file (stdlib ``sqlite3``; default ``.guard/history.sqlite``)
 so that CI can cache or upload it like any artifact. Its format is versioned with
@@ -124,6 +127,17 @@ class HistoryPoint:
     min_effect: float
     kernel_hash: str
 
+    @property
+    def time(self) -> float | None:
+        """The run's time for this case as every other number the guard shows it
+        (``stats.case_time`` of the round medians); the pooled ``median`` for a row
+        without round medians. None unless the case was timed."""
+        if self.median is None:
+            return None
+        if not self.round_medians:
+            return self.median
+        return stats.case_time([[m] for m in self.round_medians]) or self.median
+
 
 @dataclass(frozen=True)
 class Trend:
@@ -148,7 +162,7 @@ class Trend:
 
     @property
     def timed(self) -> list[HistoryPoint]:
-        return [p for p in self.points if p.median is not None]
+        return [p for p in self.points if p.time is not None]
 
 
 # ----------------------------------------------------------------------- storage
@@ -386,10 +400,10 @@ def _trend(
             skipped.append(f"run {row[0]!r:.20}: {exc}")
     if limit is not None and limit > 0:
         points = points[-limit:]
-    timed = [(i, p) for i, p in enumerate(points) if p.median is not None]
+    timed = [(i, p) for i, p in enumerate(points) if p.time is not None]
     effect = min_effect if min_effect is not None else (timed[-1][1].min_effect if timed else 0.02)
     raw = detect_steps(
-        [p.median for _, p in timed if p.median is not None], alpha=alpha, min_effect=effect
+        [p.time for _, p in timed if p.time is not None], alpha=alpha, min_effect=effect
     )
     steps = tuple(
         Step(timed[s.index][0], s.before, s.after, s.p_value) for s in raw
@@ -469,7 +483,8 @@ class PointJson(TypedDict):
     branch: str
     suite_hash: str
     status: str
-    median_s: float | None
+    time_s: float | None  # stats.case_time of the round medians: the number shown
+    median_s: float | None  # all samples pooled, as stored
     round_medians_s: list[float]
     host_median_s: float | None
     min_effect: float
@@ -513,6 +528,7 @@ def trend_json(t: Trend) -> TrendJson:
                 "branch": p.branch,
                 "suite_hash": p.suite_hash,
                 "status": p.status,
+                "time_s": p.time,
                 "median_s": p.median,
                 "round_medians_s": list(p.round_medians),
                 "host_median_s": p.host_median,

@@ -256,8 +256,8 @@ def history_rows(trend: Trend) -> list[list[str]]:
     previous: float | None = None
     for i, p in enumerate(trend.points):
         change = "—"
-        if p.median is not None and previous:
-            change = f"{(p.median / previous - 1) * 100:+.1f}%"
+        if p.time is not None and previous:
+            change = f"{(p.time / previous - 1) * 100:+.1f}%"
         step = steps.get(i)
         flag = ""
         if step is not None:
@@ -267,12 +267,12 @@ def history_rows(trend: Trend) -> list[list[str]]:
                 str(i + 1),
                 (p.commit[:10] or "?") + (" (dirty)" if p.commit_dirty else ""),
                 p.created[:19].replace("T", " "),
-                fmt_time(p.median) if p.median is not None else p.status,
+                fmt_time(p.time) if p.time is not None else p.status,
                 str(len(p.round_medians)),
                 change,
                 flag,
             ]
         )
-        if p.median is not None:
-            previous = p.median
+        if p.time is not None:
+            previous = p.time
     return rows

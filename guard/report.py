@@ -213,14 +213,14 @@ def _history(trend: Trend | None) -> tuple[str, tuple[str, ...], str]:
     labels = [p.commit[:8] + ("+" if p.commit_dirty else "") or "?" for p in pts]
     titles = [
         f"{p.commit[:10] or '?'}{' (dirty)' if p.commit_dirty else ''} {p.created[:19]}: "
-        + (fmt_time(p.median) if p.median is not None else p.status)
+        + (fmt_time(p.time) if p.time is not None else p.status)
         + (f", {len(p.round_medians)} rounds" if p.round_medians else "")
         for p in pts
     ]
     edges = [0, *(s.index for s in trend.steps), len(pts)]
     segments = []
     for a, b in itertools.pairwise(edges):
-        meds = sorted(p.median for p in pts[a:b] if p.median is not None)
+        meds = sorted(t for p in pts[a:b] if (t := p.time) is not None)
         if meds:
             segments.append((a, b, meds[len(meds) // 2]))
     steps = [
@@ -232,7 +232,7 @@ def _history(trend: Trend | None) -> tuple[str, tuple[str, ...], str]:
         for s in trend.steps
     ]
     plot = svg.trend_svg(
-        labels, [p.median for p in pts], titles=titles, steps=steps, segments=segments
+        labels, [p.time for p in pts], titles=titles, steps=steps, segments=segments
     )
     texts = tuple(
         f"{pts[s.index].commit[:10] or '?'} ({pts[s.index].created[:10]}): {s.kind}, "
