@@ -269,6 +269,14 @@ def _time_graph(fn) -> float:
     return statistics.median(_replays(graph, calls, 15))
 
 
+def _emit(out_path: Path, obj: dict) -> None:
+    """One result row: appended to results.jsonl and printed."""
+    line = json.dumps(obj)
+    with open(out_path, "a") as fh:
+        fh.write(line + "\n")
+    print(line, flush=True)
+
+
 def worker(provider: str, out_path: Path, do_checks: bool) -> None:
     import torch
 
@@ -277,10 +285,7 @@ def worker(provider: str, out_path: Path, do_checks: bool) -> None:
     yard = _functions("sdpa")["sdpa"]
 
     def emit(obj):
-        obj["provider"] = provider
-        with open(out_path, "a") as fh:
-            fh.write(json.dumps(obj) + "\n")
-        print(json.dumps(obj), flush=True)
+        _emit(out_path, {**obj, "provider": provider})
 
     only_hd = _head_dim_filter(provider)
     if do_checks:
@@ -360,10 +365,7 @@ def paired_worker(providers: list[str], out_path: Path, rounds: int) -> None:
     rng = np.random.default_rng(0)
 
     def emit(obj):
-        obj["kind"] = "paired"
-        with open(out_path, "a") as fh:
-            fh.write(json.dumps(obj) + "\n")
-        print(json.dumps(obj), flush=True)
+        _emit(out_path, {**obj, "kind": "paired"})
 
     for i, case in enumerate(TIMES):
         b, hq, _, sq, sk, d, causal, _ = case

@@ -656,8 +656,9 @@ def config(head_dim: int, causal: bool, variant: str = "ws", **overrides: int) -
         cfg = {
             "BLOCK_N": 128,
             # hd 128, 3 stages (224 KB): 0.939 vs 1.038 ms at 4x32x4096 causal, 1.776 vs
-            # 1.794 full (H200); 2 stages were the first working choice.
-            "STAGES": 3 if head_dim == 128 else 4,
+            # 1.794 full (H200); 2 stages were the first working choice. The persistent
+            # kernel's own O buffers (32 KB) leave room for two.
+            "STAGES": (2 if variant == "ws-persistent" else 3) if head_dim == 128 else 4,
             "num_warps": 4,
             "CONSUMER_REGS": 232,
             "PRODUCER_REGS": 24,
@@ -667,8 +668,6 @@ def config(head_dim: int, causal: bool, variant: str = "ws", **overrides: int) -
     if unknown:
         raise ValueError(f"config overrides {sorted(unknown)} unknown for variant {variant!r}")
     cfg = {**cfg, **overrides}
-    if variant == "ws-persistent" and head_dim == 128 and "STAGES" not in overrides:
-        cfg["STAGES"] = 2  # its own O buffers (32 KB) leave room for two stages, not three
     if variant == "simple-overlap" and cfg["STAGES"] < 2:
         # Its loop refills a slot only after waiting for the next tile: with one slot
         # that tile never comes.
