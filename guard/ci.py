@@ -59,13 +59,6 @@ OUTCOME_FILE = "meta.json"  # the name the comment workflow looks for in the art
 # --------------------------------------------------------------------------- GitHub
 
 
-def annotate(level: str, title: str, message: str, file: str = "") -> None:
-    """Print a GitHub workflow command (only under GitHub Actions); every part is
-    escaped (``text.gh_command``), so a newline in a case name cannot start another."""
-    if os.environ.get("GITHUB_ACTIONS"):
-        print(text.gh_command(level, message, file=file, title=title), flush=True)
-
-
 def print_untrusted(message: str) -> None:
     """Print ``message`` (a traceback quoting a kernel's message, say) to stderr so that
     none of its lines runs as a workflow command: under GitHub Actions it goes between
@@ -325,20 +318,19 @@ def run(args: argparse.Namespace, out_dir: Path) -> Outcome:
         write_reports(out_dir, comparison, args.html, profiles)
     except Exception as exc:  # the verdict stands; say what failed
         print_untrusted("".join(traceback.format_exception(exc)).rstrip())
-        annotate("warning", "perf-guard report", f"writing a report failed: {exc}")
+        text.annotate("warning", "perf-guard report", f"writing a report failed: {exc}")
     return outcome
 
 
 def publish(outcome: Outcome, out_dir: Path) -> None:
     """Everything GitHub sees, rendered from the one outcome."""
     results.write_atomic(out_dir / OUTCOME_FILE, json.dumps(outcome.to_json(), indent=1) + "\n")
-    if os.environ.get("GITHUB_ACTIONS"):
-        for line in render.annotations(outcome):
-            print(line, flush=True)
+    text.emit_commands(render.annotations(outcome))
     for path in outcome.baseline_changes:
-        annotate("warning", "This PR changes a baseline", f"{path}: takes effect after merge", path)
+        message = f"{path}: takes effect after merge"
+        text.annotate("warning", "This PR changes a baseline", message, path)
     if outcome.policy_changes:
-        annotate(
+        text.annotate(
             "warning",
             "This PR changes the policy",
             "judged by the base commit's suite; takes effect after merge: "

@@ -198,9 +198,7 @@ def _render_comparison(args: argparse.Namespace, comparison: Comparison) -> int:
             for change in c.resource_changes:
                 print(f"resources: {text.one_line(c.case_id)}: {text.one_line(change)}")
         print(text.one_line(comparison.headline))
-    if os.environ.get("GITHUB_ACTIONS"):
-        for line in render.annotations(comparison.outcome()):
-            print(line)
+    text.emit_commands(render.annotations(comparison.outcome()))
     _write_summary(render.comparison_markdown(comparison), args.markdown)
     if args.html:
         from guard import report
@@ -262,8 +260,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _write_summary(
             render.run_markdown(outcome.candidate, outcome.no_verdict_reason), args.markdown
         )
-        if os.environ.get("GITHUB_ACTIONS"):
-            print(text.gh_command("warning", outcome.no_verdict_reason, title="No baseline"))
+        text.annotate("warning", "No baseline", outcome.no_verdict_reason)
         return int(outcome.exit_code)
     return _render_comparison(args, outcome.comparison)
 

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from guard.outcome import CaseOutcome, CheckVerdict, Outcome, OutcomeFileError
+from guard.outcome import CheckVerdict, Outcome, OutcomeFileError
 from guard.text import md_code, md_table, md_text, md_url
 
 MARKER = "<!-- perf-guard -->"
@@ -33,14 +33,6 @@ _ICON = {
     CheckVerdict.BAD_INPUT: "⚠️",
     CheckVerdict.INFRASTRUCTURE: "💥",
 }
-
-
-def _ratio(c: CaseOutcome) -> str:
-    if c.ratio is None:
-        return "—"
-    if c.low is None or c.high is None:
-        return f"{c.ratio:.3f}x"
-    return f"{c.ratio:.3f}x [{c.low:.3f}, {c.high:.3f}]"
 
 
 def _gpu_section(outcome: Outcome) -> list[str]:
@@ -63,7 +55,7 @@ def _gpu_section(outcome: Outcome) -> list[str]:
     moved = outcome.moved
     if moved:
         rows = [
-            [c.case_id, c.verdict.value + (" (fails)" if c.fails else ""), _ratio(c), c.reason]
+            [c.case_id, c.verdict.value + (" (fails)" if c.fails else ""), c.ratio_text, c.reason]
             for c in moved[:MAX_ROWS]
         ]
         out += [md_table(["case", "verdict", "ratio [CI]", "why"], rows), ""]

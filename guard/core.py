@@ -167,14 +167,19 @@ def baseline_path(directory: str | Path, gpu_slug: str) -> Path:
 def load_baseline_at_ref(ref: str, relpath: str | Path, repo: str | Path = ".") -> RunResult | None:
     """The baseline file as committed at ``ref`` (None when it does not exist there)."""
     text = show_at(ref, relpath, repo)
-    return None if text is None else results.loads(text, f"{ref}:{Path(relpath).as_posix()}")
+    return None if text is None else results.loads(text, _git_spec(ref, relpath))
+
+
+def _git_spec(ref: str, relpath: str | Path) -> str:
+    """``REF:path`` as ``git show`` takes it (and as messages name the file)."""
+    return f"{ref}:{Path(relpath).as_posix()}"
 
 
 def show_at(ref: str, relpath: str | Path, repo: str | Path = ".") -> str | None:
     """A file's text as committed at ``ref``, None when it does not exist there.
 
     Raises InfraError when git cannot run, BadInput when git refuses (a bad ref)."""
-    spec = f"{ref}:{Path(relpath).as_posix()}"
+    spec = _git_spec(ref, relpath)
     try:
         proc = subprocess.run(
             ["git", "-C", str(repo), "show", spec], capture_output=True, text=True, timeout=60
@@ -405,19 +410,13 @@ def with_resource_changes(
         for c in comparison.cases
     )
     notes = comparison.notes
-    missing = {
-        (cid, arch): reason
-        for report in (base, head)
-        for cid, reasons in report.skipped.items()
-        for arch, reason in reasons.items()
-    }
-    if missing:
-        # A hook that could not report must not look like "no change".
-        (cid, arch), reason = next(iter(missing.items()))
-        ids = sorted({cid for cid, _ in missing})
+    skipped = [(cid, why) for report in (base, head) for cid, why in report.skipped.items()]
+    if skipped:  # a hook that could not report must not look like "no change"
+        cid, (arch, reason) = skipped[0][0], next(iter(skipped[0][1].items()))
+        count = len({cid for cid, _ in skipped})
         notes = (
             *notes,
-            f"compiler resources not compared for {len(ids)} case(s), e.g. {cid} on {arch}: "
+            f"compiler resources not compared for {count} case(s), e.g. {cid} on {arch}: "
             f"{shown(reason)}",
         )
 

@@ -226,12 +226,10 @@ def fingerprint(
     launches: list[Launch],
     device_kernels: list[dict[str, Any]],
     extensions: dict[str, str],
-    fallback: str,
 ) -> str:
-    """The case's fingerprint: ``"gpu:<digest>"`` when the call's device work was seen
-    (Triton launches or profiled kernels), else ``"source:<fallback>"``."""
-    if not launches and not device_kernels:
-        return f"source:{fallback}"
+    """``"gpu:<digest>"`` of the device work a call did (Triton launches, profiled
+    kernels) and the extensions loaded (``take`` falls back to the tree's hash when the
+    call did no device work it could see)."""
     parts = {
         "triton": sorted(json.dumps(launch.to_json(), sort_keys=True) for launch in launches),
         "device": sorted(json.dumps(k, sort_keys=True) for k in device_kernels),
@@ -252,6 +250,6 @@ def take(call: Callable[[], T], kernels_dir: str | Path) -> tuple[T, str]:
             result = call()
     except CaptureFailed:
         return result, ""
-    # The tree is hashed only when no device work was seen (then it is the fingerprint).
-    fallback = "" if launches or device_kernels else tree_hash(kernels_dir)
-    return result, fingerprint(launches, device_kernels, loaded_extensions(), fallback)
+    if not launches and not device_kernels:  # no device work seen: the tree is the fingerprint
+        return result, f"source:{tree_hash(kernels_dir)}"
+    return result, fingerprint(launches, device_kernels, loaded_extensions())

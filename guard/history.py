@@ -32,6 +32,7 @@ module only feeds it a case's timed medians and maps its indexes back.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -127,7 +128,7 @@ class HistoryPoint:
     min_effect: float
     kernel_hash: str
 
-    @property
+    @functools.cached_property
     def time(self) -> float | None:
         """The run's time for this case as every other number the guard shows it
         (``stats.case_time`` of the round medians); the pooled ``median`` for a row
@@ -400,11 +401,9 @@ def _trend(
             skipped.append(f"run {row[0]!r:.20}: {exc}")
     if limit is not None and limit > 0:
         points = points[-limit:]
-    timed = [(i, p) for i, p in enumerate(points) if p.time is not None]
+    timed = [(i, p, t) for i, p in enumerate(points) if (t := p.time) is not None]
     effect = min_effect if min_effect is not None else (timed[-1][1].min_effect if timed else 0.02)
-    raw = detect_steps(
-        [p.time for _, p in timed if p.time is not None], alpha=alpha, min_effect=effect
-    )
+    raw = detect_steps([t for _, _, t in timed], alpha=alpha, min_effect=effect)
     steps = tuple(
         Step(timed[s.index][0], s.before, s.after, s.p_value) for s in raw
     )  # index into ``points``, failed runs included

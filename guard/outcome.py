@@ -133,6 +133,15 @@ class CaseOutcome:
     reason: str = ""
     notes: tuple[str, ...] = ()  # e.g. compiler resources that changed
 
+    @property
+    def ratio_text(self) -> str:
+        """"1.054x [1.044, 1.064]", "1.054x" without an interval, "—" untimed."""
+        if self.ratio is None:
+            return "—"
+        if self.low is None or self.high is None:
+            return f"{self.ratio:.3f}x"
+        return f"{self.ratio:.3f}x [{self.low:.3f}, {self.high:.3f}]"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.case_id,

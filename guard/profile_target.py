@@ -65,8 +65,9 @@ def run(kernels_root: str, case_json: str, seed: int, warmup: int) -> None:
     import torch
 
     import kernels
+    from guard.proc import local_kernels_root
 
-    loaded_from = Path(kernels.__file__).resolve().parent.parent
+    loaded_from = Path(local_kernels_root())
     if loaded_from != root:
         raise TargetError(f"kernels came from {loaded_from}, not {root}")
     if not torch.cuda.is_available():

@@ -235,10 +235,10 @@ def annotations(outcome: Outcome) -> list[str]:
     out = []
     for c in outcome.moved:
         title = _ANNOTATION_TITLES.get(c.verdict)
-        if title is None or (c.verdict is CaseVerdict.REGRESSION and not c.fails):
+        if title is None:
             continue
-        if c.fails and c.ratio is not None and c.low is not None and c.high is not None:
-            msg = f"{c.case_id} is {c.ratio:.3f}x the baseline, CI [{c.low:.3f}, {c.high:.3f}]"
+        if c.verdict is CaseVerdict.REGRESSION:  # moved: so a gated, failing case
+            msg = f"{c.case_id}: {c.ratio_text} of the baseline's time"
         else:
             msg = c.reason or c.verdict.value
         level = "warning" if c.verdict is CaseVerdict.ERROR and not c.gate else "error"

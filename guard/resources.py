@@ -396,6 +396,9 @@ def collect_resources(suite: Suite, arches: Sequence[str]) -> ResourceReport:
     )
 
 
+_TAIL = 4000  # characters of the resources child's output kept for an error message
+
+
 def collect_in_tree(
     tree: str | Path,
     suite_path: str | Path,
@@ -429,12 +432,12 @@ def collect_in_tree(
         if case_names:
             cmd += ["--cases", *case_names]
         try:
-            run = run_group(cmd, timeout_s, env, stdout_limit=4000, stderr_limit=4000)
+            run = run_group(cmd, timeout_s, env, stdout_limit=_TAIL, stderr_limit=_TAIL)
         except OSError as exc:
             raise InfraError(f"cannot start the resources process ({exc})") from None
         if run.returncode is None:
             raise InfraError(f"compiling for resources in {tree} timed out after {timeout_s:g} s")
-        rc, output = run.returncode, (run.stdout + run.stderr)[-4000:]
+        rc, output = run.returncode, (run.stdout + run.stderr)[-_TAIL:]
         if rc == ExitCode.BAD_INPUT:
             last = output.strip().splitlines()[-1] if output.strip() else "bad input"
             raise BadInput(last.removeprefix("error: "))

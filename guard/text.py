@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 
 
 def fmt_time(seconds: float | None) -> str:
@@ -105,6 +106,19 @@ def md_url(url: str) -> str:
     if re.fullmatch(r"[^\s()<>\\]+", url):
         return url
     return "<" + re.sub(r"[\s<>\\]", lambda m: f"%{ord(m.group(0)):02X}", url) + ">"
+
+
+def emit_commands(lines: Sequence[str]) -> None:
+    """Print GitHub workflow commands (``gh_command`` lines), only under GitHub Actions."""
+    if os.environ.get("GITHUB_ACTIONS"):
+        for line in lines:
+            print(line, flush=True)
+
+
+def annotate(level: str, title: str, message: str, file: str = "") -> None:
+    """One annotation (only under GitHub Actions); every part is escaped, so a newline
+    in a case name cannot start another command."""
+    emit_commands([gh_command(level, message, file=file, title=title)])
 
 
 def append_step_summary(markdown: str) -> None:
