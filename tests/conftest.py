@@ -28,11 +28,7 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-# Property tests draw the same examples on every run and keep no example database, so a
-# failure never depends on luck or on what an earlier run left behind; a failure prints
-# the blob that reproduces it (@reproduce_failure). Loaded here, before any test module
-# is imported, so every @settings(...) inherits it.
-_GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
                  "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}  # fmt: skip
 
 
@@ -40,10 +36,14 @@ def git(repo: Path, *args: str) -> str:
     """``git -C repo ARGS`` with a test identity; its stdout, stripped. Raises on failure."""
     return subprocess.run(
         ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60,
-        check=True, env={**os.environ, **_GIT_IDENTITY},
+        check=True, env={**os.environ, **GIT_IDENTITY},
     ).stdout.strip()  # fmt: skip
 
 
+# Property tests draw the same examples on every run and keep no example database, so a
+# failure never depends on luck or on what an earlier run left behind; a failure prints
+# the blob that reproduces it (@reproduce_failure). Loaded here, before any test module
+# is imported, so every @settings(...) inherits it.
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.load_profile("ci")
 

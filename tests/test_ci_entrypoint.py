@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import GIT_IDENTITY
 from conftest import git as _git
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,14 +77,7 @@ def _env() -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith(("GITHUB_", "RUNNER_", "BASE_SHA", "HEAD_SHA", "TESTED_SHA"))
     }
-    env.update(
-        OMP_NUM_THREADS="1",
-        CI="true",
-        GIT_AUTHOR_NAME="t",
-        GIT_AUTHOR_EMAIL="t@example.com",
-        GIT_COMMITTER_NAME="t",
-        GIT_COMMITTER_EMAIL="t@example.com",
-    )
+    env.update(OMP_NUM_THREADS="1", CI="true", **GIT_IDENTITY)
     return env
 
 
@@ -112,7 +106,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
         fh.write(REGISTER)
     _demo(path, 2)
     (path / ".gitignore").write_text("__pycache__/\n")
-    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True, env=_env())
+    _git(path, "init", "-q", "-b", "main")
     _git(path, "add", ".")
     _git(path, "commit", "-qm", "B: the base")
     base = _git(path, "rev-parse", "HEAD")

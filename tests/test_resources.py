@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import report_data as data
 from conftest import git as _git
 
 from guard.errors import BadInput, InfraError
@@ -471,13 +472,8 @@ def test_triton_records_on_a_machine_with_a_gpu() -> None:
 def test_records_a_hook_could_not_make_are_a_note_not_silence(monkeypatch) -> None:
     """A case whose records are missing in either tree is named in the comparison's
     notes: an empty diff must not pass for "no resource change"."""
-    import sys
-
     from guard import core, resources
     from guard.compare import compare_runs
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    import report_data as data
 
     comparison = compare_runs(*data.pair())
     case_id = comparison.cases[0].case_id
