@@ -360,6 +360,10 @@ def _tile_of(t, n_m, heads):  # type: ignore[no-untyped-def]
 @gluon.jit
 def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,  # type: ignore[no-untyped-def]
                          kv_group, n_m, heads, total, n_tiles, STAGES: gl.constexpr):  # fmt: skip
+    # The ring loop is _producer's with the position carried across tiles. Sharing one
+    # helper changes the compiled code of both kernels (a constexpr 0 cannot be a loop
+    # carry; a runtime one reorders the PTX), and both are recorded, GPU-checked, in the
+    # H100 baseline: fold them in a session that can re-check them on a GPU.
     q_bar, k_ready, v_ready, k_empty, v_empty, _ = bars
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     it = 0
