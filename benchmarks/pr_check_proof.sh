@@ -12,6 +12,9 @@
 #             off), measured with ATTN_GLUON=0 in both trees (the Triton kernel alone)
 #   ws-bursts the same PR measured in "bursts" (synchronized 1 ms samples, GPU idles)
 #   refresh   baseline refresh of this GPU under the current plan
+#   against   `guard compare --against` as a developer runs it: a git repository of this
+#             tree with the overlap-off plant committed on top, compared with its parent
+#             (paired, interleaved), then the parent against itself (identical kernels)
 # Exit code, verdicts per case and wall time of each go to $OUT/<phase>.* and a line each.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -71,6 +74,23 @@ for p in "$@"; do
       timeout 590 python3 -m guard baseline refresh --dir "$OUT" --markdown "$OUT/refresh.md" \
         > "$OUT/refresh.log" 2>&1
       echo "=== refresh: exit $? in $((SECONDS - t0)) s"; tail -3 "$OUT/refresh.log" ;;
+    against)
+      repo=/tmp/against-repo
+      rm -rf "$repo" && mkdir -p "$repo"
+      tar --exclude=./.git --exclude=./gpu-out -cf - . | tar -C "$repo" -xf -
+      (cd "$repo" && export GIT_AUTHOR_NAME=proof GIT_AUTHOR_EMAIL=proof@localhost \
+          GIT_COMMITTER_NAME=proof GIT_COMMITTER_EMAIL=proof@localhost \
+        && git init -q && git add -A && git commit -qm base \
+        && sed -i "$OVERLAP_OFF" kernels/gluon_flash_fwd.py && git commit -qam plant \
+        && git diff --stat HEAD~1)
+      for ref in HEAD~1 HEAD; do  # the plant against its parent, then against itself
+        t0=$SECONDS name=against-$([ $ref = HEAD ] && echo self || echo plant)
+        (cd "$repo" && PYTHONPATH=$repo timeout 590 python3 -m guard compare --device cuda \
+          --against "$ref" --out "$OUT/$name/results.json" \
+          --markdown "$OUT/$name.md" > "$OUT/$name.txt" 2> "$OUT/$name.log")
+        echo "=== $name (--against $ref): exit $? in $((SECONDS - t0)) s"
+        tail -n 24 "$OUT/$name.txt"
+      done ;;
     *) echo "unknown phase $p" ;;
   esac
 done
