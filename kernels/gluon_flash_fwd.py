@@ -174,18 +174,16 @@ def _n_full(row0, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):  # type: 
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0, n_tiles,  # type: ignore[no-untyped-def]
-              STAGES: gl.constexpr):  # fmt: skip
-    q_bar, k_ready, v_ready, k_empty, v_empty, _ = bars
+def _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, hk, n_tiles, it0, STAGES: gl.constexpr):  # type: ignore[no-untyped-def]
+    # The producer's ring: K and V tiles 0..n_tiles-1 of one head into ring positions
+    # it0, it0+1, ... (it0 > 0 where a persistent CTA's ring runs on across tiles).
+    _, k_ready, v_ready, k_empty, v_empty, _ = bars
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_bar, q_smem.index(0))
-    tma.async_copy_global_to_shared(q_desc, [b, h, m0 + ROWS, 0], q_bar, q_smem.index(1))
     for j in range(n_tiles):
-        s = j % STAGES
+        s = (it0 + j) % STAGES
         # Empty barriers start "phase 1 complete": the first pass through the ring
         # does not wait.
-        phase = ((j // STAGES) & 1) ^ 1
+        phase = (((it0 + j) // STAGES) & 1) ^ 1
         mbarrier.wait(k_empty.index(s), phase)
         mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
@@ -196,6 +194,16 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0
         tma.async_copy_global_to_shared(
             v_desc, [b, hk, j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s)
         )
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0, n_tiles,  # type: ignore[no-untyped-def]
+              STAGES: gl.constexpr):  # fmt: skip
+    q_bar = bars[0]
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_bar, q_smem.index(0))
+    tma.async_copy_global_to_shared(q_desc, [b, h, m0 + ROWS, 0], q_bar, q_smem.index(1))
+    _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, hk, n_tiles, 0, STAGES)
 
 
 @gluon.jit
@@ -360,17 +368,10 @@ def _tile_of(t, n_m, heads):  # type: ignore[no-untyped-def]
 @gluon.jit
 def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,  # type: ignore[no-untyped-def]
                          kv_group, n_m, heads, total, n_tiles, STAGES: gl.constexpr):  # fmt: skip
-    # The ring loop is _producer's with the position carried across tiles. Sharing one
-    # helper changes the compiled code of both kernels (a constexpr 0 cannot be a loop
-    # carry; a runtime one reorders the PTX), and both are recorded, GPU-checked, in the
-    # H100 baseline: fold them in a session that can re-check them on a GPU.
-    q_bar, k_ready, v_ready, k_empty, v_empty, _ = bars
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    it = 0
+    q_bar = bars[0]
     ti = 0
     for t in range(gl.program_id(0), total, gl.num_programs(0)):
         pid_m, h, b = _tile_of(t, n_m, heads)
-        hk = h // kv_group
         m0 = pid_m * 2 * ROWS
         # Both consumers released their Q buffer (after their last Q·K^T of the
         # previous tile, before its last P·V and store): load this tile's Q.
@@ -378,20 +379,10 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
         mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_bar, q_smem.index(0))
         tma.async_copy_global_to_shared(q_desc, [b, h, m0 + ROWS, 0], q_bar, q_smem.index(1))
-        for j in range(n_tiles):
-            s = it % STAGES
-            phase = ((it // STAGES) & 1) ^ 1
-            mbarrier.wait(k_empty.index(s), phase)
-            mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(
-                k_desc, [b, hk, j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s)
-            )
-            mbarrier.wait(v_empty.index(s), phase)
-            mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(
-                v_desc, [b, hk, j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s)
-            )
-            it += 1
+        # Non-causal only: every tile has n_tiles key tiles, so the ring runs on from
+        # position ti * n_tiles.
+        _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, h // kv_group, n_tiles,
+                 ti * n_tiles, STAGES)  # fmt: skip
         ti += 1  # noqa: SIM113 (no enumerate() in a jitted loop)
 
 
