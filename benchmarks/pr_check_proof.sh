@@ -15,7 +15,8 @@
 #   against   `guard compare --against` as a developer runs it: a git repository of this
 #             tree with the overlap-off plant committed on top, compared with its parent
 #             (paired, interleaved), then the parent against itself (identical kernels)
-# Exit code, verdicts per case and wall time of each go to $OUT/<phase>.* and a line each.
+# Exit code, verdicts per case and wall time of each go to $OUT/<phase>.* and a line each;
+# PHASE_LIMIT (seconds, default 590) bounds each guard process.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -38,7 +39,7 @@ pr_tree() {  # name, then optionally a sed expression and the file under kernels
 check() {  # phase, tree, extra guard.ci args...
   local phase=$1 tree=$2; shift 2
   local t0=$SECONDS
-  TESTED_SHA=$phase timeout 590 python3 -m guard.ci --device cuda --base judge \
+  TESTED_SHA=$phase timeout "${PHASE_LIMIT:-590}" python3 -m guard.ci --device cuda --base judge \
     --candidate-tree "$tree" --out-dir "$OUT/$phase" "$@" > "$OUT/$phase.log" 2>&1
   local rc=$?
   echo "=== $phase: exit $rc in $((SECONDS - t0)) s"
@@ -71,7 +72,7 @@ for p in "$@"; do
       rm -f suites/bursts.yaml ;;
     refresh)
       t0=$SECONDS
-      timeout 590 python3 -m guard baseline refresh --dir "$OUT" --markdown "$OUT/refresh.md" \
+      timeout "${PHASE_LIMIT:-590}" python3 -m guard baseline refresh --dir "$OUT" --markdown "$OUT/refresh.md" \
         > "$OUT/refresh.log" 2>&1
       echo "=== refresh: exit $? in $((SECONDS - t0)) s"; tail -3 "$OUT/refresh.log" ;;
     against)
@@ -85,7 +86,7 @@ for p in "$@"; do
         && git diff --stat HEAD~1)
       for ref in HEAD~1 HEAD; do  # the plant against its parent, then against itself
         t0=$SECONDS name=against-$([ $ref = HEAD ] && echo self || echo plant)
-        (cd "$repo" && PYTHONPATH=$repo timeout 590 python3 -m guard compare --device cuda \
+        (cd "$repo" && PYTHONPATH=$repo timeout "${PHASE_LIMIT:-590}" python3 -m guard compare --device cuda \
           --against "$ref" --out "$OUT/$name/results.json" \
           --markdown "$OUT/$name.md" > "$OUT/$name.txt" 2> "$OUT/$name.log")
         echo "=== $name (--against $ref): exit $? in $((SECONDS - t0)) s"
