@@ -4,7 +4,8 @@
 #   benchmarks/device_next.sh 1   H200: the baseline refresh, then the proof against it
 #                                 (PR check of an unchanged tree; `guard compare --against`
 #                                 with a planted regression); H100: the same proof against
-#                                 the committed H100 baseline
+#                                 the committed H100 baseline, after an ncu profile of the
+#                                 dispatched kernels (benchmarks/ncu_gluon.py)
 #   benchmarks/device_next.sh 2   H200: a sustained pool and the portable kernel's plant
 #                                 at the power cap; H100: a 40-round sustained pool
 #   benchmarks/device_next.sh 3   after a kernel change: checks, refresh, proof
@@ -23,7 +24,8 @@ case "$gpu:${1:-1}" in
             PHASE_LIMIT=200 benchmarks/pr_check_proof.sh same against ;;
   *H200*:2) PHASE_LIMIT=150 benchmarks/pr_check_proof.sh ws-off
             CAL_SECONDS=380 CAL_LIMIT=400 benchmarks/gpu_session.sh calibrate ;;
-  *:1) PHASE_LIMIT=300 benchmarks/pr_check_proof.sh same against ;;
+  *:1) benchmarks/gpu_session.sh ncu-gluon  # the dispatched hd-64 causal kernel's profile
+       PHASE_LIMIT=250 benchmarks/pr_check_proof.sh same against ;;
   *:2) CAL_SECONDS=400 CAL_LIMIT=420 benchmarks/gpu_session.sh calibrate ;;
   *:3)  # after a dispatch change: check it (plan path too), re-record, prove the baseline
     timeout 120 python3 benchmarks/bench_gluon.py --out "$OUT/final" --no-host --budget-s 110 \
