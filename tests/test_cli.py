@@ -328,7 +328,24 @@ def _interrupt_and_check(tmp_path: Path, marker: str) -> None:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, key: value},
+        # Ctrl-C as a terminal delivers it: a test run started in the background by a
+        # non-interactive shell inherits SIGINT ignored, and so would the guard.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+    try:
+        _interrupt(proc, out, tmp_path, marker)
+    finally:  # a failed check must not leave the guard running into the next test
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    # A rerun starts cleanly.
+    ok_suite = suite_file(tmp_path, ["reference"])
+    assert main(["run", "--suite", str(ok_suite), "-q", "--out", str(out)]) == 0
+    assert results.load(out).cases[0].status == "ok"
+
+
+def _interrupt(proc: subprocess.Popen[str], out: Path, tmp_path: Path, marker: str) -> None:
+    """Ctrl-C once the guard's worker hangs; then nothing half-written, no process left."""
 
     def workers() -> dict[int, str]:
         return {pid: cmd for pid, cmd in _processes_marked(marker).items() if "guard.worker" in cmd}
@@ -346,7 +363,3 @@ def _interrupt_and_check(tmp_path: Path, marker: str) -> None:
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     time.sleep(1)
     assert _processes_marked(marker) == {}, "a process outlived the interrupted guard"
-    # A rerun starts cleanly.
-    ok_suite = suite_file(tmp_path, ["reference"])
-    assert main(["run", "--suite", str(ok_suite), "-q", "--out", str(out)]) == 0
-    assert results.load(out).cases[0].status == "ok"
