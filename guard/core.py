@@ -20,7 +20,7 @@ from guard import env as guard_env
 from guard import results
 from guard.compare import Comparison, compare_runs, replace_cases
 from guard.errors import BadInput, ExitCode, GuardError, InfraError, shown
-from guard.proc import local_kernels_root
+from guard.proc import kill_running_groups, local_kernels_root
 from guard.results import RunResult
 from guard.runner import Arm, ProgressFn, Session, _noop, sigterm_unwinds
 from guard.suite import Suite, load_suite
@@ -400,7 +400,11 @@ def with_resource_changes(
                 pool.submit(collect, base_root),
                 pool.submit(collect, head_root),
             )
-            base, head = base_future.result(), head_future.result()
+            try:
+                base, head = base_future.result(), head_future.result()
+            except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM (sigterm_unwinds)
+                kill_running_groups()  # or the pool waits out the children's timeout
+                raise
     except GuardError as exc:
         note = f"compiler resources not compared: {shown(str(exc))}"
         return replace(comparison, notes=(*comparison.notes, note))

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,22 @@ def _read_tail(f: BinaryIO, limit: int) -> str:
     return f.read().decode("utf-8", errors="replace")
 
 
+# Process groups of run_group children still running (their leaders' pids), so that an
+# interrupted caller can end them: run_group may wait in a thread of a pool, and a pool
+# waits for its threads on the way out, i.e. for the children's timeout.
+_RUNNING: set[int] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def kill_running_groups() -> None:
+    """SIGKILL every run_group child's group still running (the caller is leaving)."""
+    with _RUNNING_LOCK:
+        pids = list(_RUNNING)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+
+
 def run_group(
     argv: Sequence[str],
     timeout_s: float,
@@ -80,6 +97,8 @@ def run_group(
             stderr=err,
             start_new_session=True,
         )
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc.pid)
         try:
             code: int | None = proc.wait(timeout=max(0.0, timeout_s))
         except subprocess.TimeoutExpired:
@@ -87,5 +106,7 @@ def run_group(
         finally:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
+            with _RUNNING_LOCK:  # before the reap: a listed pid is never a reused one
+                _RUNNING.discard(proc.pid)
             proc.wait()
         return GroupRun(code, _read_tail(out, stdout_limit), _read_tail(err, stderr_limit))

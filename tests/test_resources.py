@@ -493,3 +493,45 @@ def test_records_a_hook_could_not_make_are_a_note_not_silence(monkeypatch) -> No
     skipped["base"] = {}
     out = core.with_resource_changes(comparison, suite, "base", "head")
     assert not [n for n in out.notes if n.startswith("compiler resources")]
+
+
+def test_ctrl_c_while_both_trees_compile_ends_both_children_at_once(monkeypatch) -> None:
+    """The resource compiles of base and head run in a thread pool, each child in a
+    process group of its own (no SIGINT reaches it); an interrupt must kill them, not
+    wait out their timeout on the way out of the pool."""
+    import os
+    import signal
+    import sys
+    import time
+
+    from guard import core, proc, resources
+    from guard.compare import compare_runs
+
+    started: list[float] = []
+    ends: list[int | None] = []
+
+    def collect(root: str, *args: object, **kwargs: object) -> ResourceReport:
+        started.append(time.monotonic())
+        sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
+        run = proc.run_group(sleeper, 120, os.environ, stdout_limit=100, stderr_limit=100)
+        ends.append(run.returncode)
+        return ResourceReport(arches=("sm_90",), cases={}, skipped={})
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(resources, "collect_in_tree", collect)
+    suite = load_suite(ROOT / "suites/default.yaml")
+    comparison = compare_runs(*data.pair())
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    t0 = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 2.0)  # both children are asleep by then
+        with pytest.raises(KeyboardInterrupt):
+            core.with_resource_changes(comparison, suite, "base", "head")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert len(started) == 2
+    assert time.monotonic() - t0 < 30, "the pool waited for the children's timeout"
+    assert ends == [-signal.SIGKILL, -signal.SIGKILL]  # killed, not timed out (None)
