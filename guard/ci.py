@@ -248,15 +248,35 @@ def measure(
         changes = policy_changes(suite, theirs)
         if args.kernels:
             suite = suite.select(args.kernels)
-        comparison = core.compare_arms(suite, base_arm, cand_arm, opts=opts, progress=_progress)
+        comparison = core.compare_arms(suite, base_arm, cand_arm, opts=opts, progress=RoundLog())
         roots = [Path(a.kernels_root or local_kernels_root()) for a in (base_arm, cand_arm)]
         return comparison, changes, _profiles(comparison, *roots)
     raise AssertionError("unreachable")  # pragma: no cover  (the with block returns)
 
 
-def _progress(event: Progress) -> None:
-    if not event.case and event.done:  # a round ended
-        print(f"[perf-guard] {event.phase} {event.arm} round {event.round}", file=sys.stderr)
+class RoundLog:
+    """One log line per round; a round of a few cases (the extension of inconclusive
+    ones) names them, so a check stopped by the job's timeout still says which case
+    it was still measuring."""
+
+    NAMED = 3  # at most this many case ids on a line
+
+    def __init__(self) -> None:
+        self.cases: list[str] = []
+
+    def __call__(self, event: Progress) -> None:
+        if event.case:
+            if event.case not in self.cases:
+                self.cases.append(event.case)
+            return
+        if not event.done:
+            return
+        line = f"[perf-guard] {event.phase} {event.arm} round {event.round}/{event.total_rounds}"
+        line += f": {event.total} case(s)"
+        if event.total <= self.NAMED:
+            line += " " + ", ".join(self.cases)
+        print(line, file=sys.stderr, flush=True)
+        self.cases = []
 
 
 def write_reports(
