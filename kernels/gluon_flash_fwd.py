@@ -304,6 +304,34 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n
 
 
 @gluon.jit
+def _kv_buffers(k_desc, v_desc, STAGES: gl.constexpr):  # type: ignore[no-untyped-def]
+    # The K/V ring: STAGES key tiles and STAGES value tiles in shared memory.
+    k_smem = gl.allocate_shared_memory(
+        k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout
+    )
+    v_smem = gl.allocate_shared_memory(
+        v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout
+    )
+    return k_smem, v_smem
+
+
+@gluon.jit
+def _ring_barriers(STAGES: gl.constexpr):  # type: ignore[no-untyped-def]
+    # The K/V ring's barriers: ready (the producer's TMA landed), empty (both consumer
+    # warpgroups released the slot: one arrive each).
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
+    return k_ready, v_ready, k_empty, v_empty
+
+
+@gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # type: ignore[no-untyped-def]
                  CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
                  CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):  # fmt: skip
@@ -321,25 +349,11 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # t
     n_tiles = _kv_range(m0, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
 
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
-    k_smem = gl.allocate_shared_memory(
-        k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout
-    )
-    v_smem = gl.allocate_shared_memory(
-        v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout
-    )
+    k_smem, v_smem = _kv_buffers(k_desc, v_desc, STAGES)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    sched = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        # Both consumer warpgroups release each slot (one arrive each).
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
+    k_ready, v_ready, k_empty, v_empty = _ring_barriers(STAGES)
+    sched = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(sched.index(i), count=1)
     bars = (q_bar, k_ready, v_ready, k_empty, v_empty, sched)
@@ -434,25 +448,12 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
     total = n_m * heads * batch
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
     o_smem = gl.allocate_shared_memory(o_desc.dtype, [2] + o_desc.block_type.shape, o_desc.layout)
-    k_smem = gl.allocate_shared_memory(
-        k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout
-    )
-    v_smem = gl.allocate_shared_memory(
-        v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout
-    )
+    k_smem, v_smem = _kv_buffers(k_desc, v_desc, STAGES)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     mbarrier.init(q_empty, count=2)  # one arrive per consumer warpgroup and tile
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)
-        mbarrier.init(v_empty.index(i), count=2)
+    k_ready, v_ready, k_empty, v_empty = _ring_barriers(STAGES)
     bars = (q_bar, k_ready, v_ready, k_empty, v_empty, q_empty)  # no scheduler barrier
 
     gl.warp_specialize(
@@ -601,8 +602,7 @@ def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, 
     n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
 
     q_smem = gl.allocate_shared_memory(dtype, q_desc.block_type.shape, q_desc.layout)
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    k_smem, v_smem = _kv_buffers(k_desc, v_desc, STAGES)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
