@@ -45,12 +45,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from guard import comment, core, policy, render, results, text
+from guard import comment, core, policy, render, results, terminal, text
 from guard.compare import Comparison, compare_runs
 from guard.errors import BadInput, ExitCode, GuardError
 from guard.outcome import CaseProfile, CheckVerdict, Outcome
 from guard.proc import local_kernels_root
-from guard.runner import Arm, Progress
+from guard.runner import Arm
 from guard.suite import Suite, load_suite
 
 OUTCOME_FILE = "meta.json"  # the name the comment workflow looks for in the artifact
@@ -248,35 +248,14 @@ def measure(
         changes = policy_changes(suite, theirs)
         if args.kernels:
             suite = suite.select(args.kernels)
-        comparison = core.compare_arms(suite, base_arm, cand_arm, opts=opts, progress=RoundLog())
+        progress = terminal.ProgressPrinter(prefix="[perf-guard]")
+        try:
+            comparison = core.compare_arms(suite, base_arm, cand_arm, opts=opts, progress=progress)
+        finally:
+            progress.close()
         roots = [Path(a.kernels_root or local_kernels_root()) for a in (base_arm, cand_arm)]
         return comparison, changes, _profiles(comparison, *roots)
     raise AssertionError("unreachable")  # pragma: no cover  (the with block returns)
-
-
-class RoundLog:
-    """One log line per round; a round of a few cases (the extension of inconclusive
-    ones) names them, so a check stopped by the job's timeout still says which case
-    it was still measuring."""
-
-    NAMED = 3  # at most this many case ids on a line
-
-    def __init__(self) -> None:
-        self.cases: list[str] = []
-
-    def __call__(self, event: Progress) -> None:
-        if event.case:
-            if event.case not in self.cases:
-                self.cases.append(event.case)
-            return
-        if not event.done:
-            return
-        line = f"[perf-guard] {event.phase} {event.arm} round {event.round}/{event.total_rounds}"
-        line += f": {event.total} case(s)"
-        if event.total <= self.NAMED:
-            line += " " + ", ".join(self.cases)
-        print(line, file=sys.stderr, flush=True)
-        self.cases = []
 
 
 def write_reports(

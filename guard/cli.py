@@ -10,7 +10,6 @@ import argparse
 import io
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,74 +17,13 @@ from typing import Any
 from guard import cli_report, core, render, results, terminal, text
 from guard.compare import Comparison
 from guard.errors import ExitCode, GuardError
-from guard.runner import Progress, ProgressFn
+from guard.runner import ProgressFn
 from guard.suite import Suite
 
 DEFAULT_OUT = Path("results/guard-results.json")
 
 
 # --------------------------------------------------------------------------- output
-
-
-class ProgressPrinter:
-    """Live progress in a terminal (rich); plain lines elsewhere (CI logs)."""
-
-    def __init__(self, enabled: bool = True) -> None:
-        self.enabled = enabled
-        self.live = enabled and sys.stderr.isatty() and not os.environ.get("CI")
-        self._bar: Any = None
-        self._task: Any = None
-        self._key: tuple[str, str, int] | None = None
-        self._t0 = time.monotonic()
-
-    def __call__(self, ev: Progress) -> None:
-        if not self.enabled:
-            return
-        key = (ev.phase, ev.arm, ev.round)
-        label = f"{ev.phase} {ev.arm}" + (
-            f" round {ev.round}/{ev.total_rounds}" if ev.round else ""
-        )
-        if self.live:
-            self._live(ev, key, label)
-        elif key != self._key:
-            self._key = key
-            print(f"[guard] {label}: {ev.total} case(s)", file=sys.stderr, flush=True)
-        elif not ev.case and ev.done == ev.total:
-            took = time.monotonic() - self._t0
-            print(f"[guard] {label}: done ({took:.0f} s elapsed)", file=sys.stderr, flush=True)
-
-    def _live(self, ev: Progress, key: tuple[str, str, int], label: str) -> None:
-        from rich.markup import escape
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-        from rich.progress import Progress as Bar
-
-        if self._bar is None:
-            self._bar = Bar(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                transient=True,
-            )
-            self._bar.start()
-        if key != self._key:
-            self._key = key
-            self._task = self._bar.add_task(escape(label), total=ev.total)
-        # Case names are user data: escaped, so that "[fp16]" or "[/]" is shown as
-        # written instead of being read as rich markup.
-        description = escape(f"{label} {ev.case}".strip())
-        self._bar.update(self._task, completed=ev.done, description=description)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
 
 
 def _write_summary(markdown: str, path: str | None) -> None:
@@ -164,7 +102,7 @@ MeasureFn = Callable[[Suite, core.MeasureOptions, ProgressFn], results.RunResult
 
 
 def _measure(args: argparse.Namespace, operation: MeasureFn) -> int:
-    progress = ProgressPrinter(not args.quiet)
+    progress = terminal.ProgressPrinter(not args.quiet)
     try:
         run = operation(_suite(args), _opts(args), progress)
     finally:
@@ -217,7 +155,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return _render_comparison(args, comparison)
 
     suite = _suite(args)
-    progress = ProgressPrinter(not args.quiet)
+    progress = terminal.ProgressPrinter(not args.quiet)
     try:
         if args.against:
             comparison = core.compare_against(
@@ -266,7 +204,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_baseline_refresh(args: argparse.Namespace) -> int:
-    progress = ProgressPrinter(not args.quiet)
+    progress = terminal.ProgressPrinter(not args.quiet)
     try:
         outcome = core.refresh_baseline(
             _suite(args), args.dir, opts=_opts(args), progress=progress, allow_cpu=args.allow_cpu

@@ -1,6 +1,7 @@
-"""The terminal side of the CLI: tables, JSON on stdout, and argparse's number types.
+"""The terminal side of the CLI: tables, JSON on stdout, argparse's number types, and
+progress.
 
-Shared by ``guard.cli`` and ``guard.cli_report`` (neither imports the other's
+Shared by ``guard.cli``, ``guard.cli_report`` and ``guard.ci`` (neither imports the other's
 internals). Every string in a table is plain text, never rich markup.
 """
 
@@ -8,9 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+import time
 from typing import Any
 
 from guard import stats
+from guard.runner import Progress
 
 
 def print_table(header: list[str], rows: list[list[str]], title: str = "") -> None:
@@ -50,3 +55,75 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return value
+
+
+class ProgressPrinter:
+    """Live progress in a terminal (rich); plain lines elsewhere (CI logs): one as each
+    round starts and ends, and in a round of a few cases (the extension of inconclusive
+    ones) each case as it starts, so a run stopped by a timeout says what it was
+    measuring."""
+
+    NAMED = 3  # rounds of at most this many cases name them
+
+    def __init__(self, enabled: bool = True, prefix: str = "[guard]") -> None:
+        self.enabled = enabled
+        self.prefix = prefix
+        self.live = enabled and sys.stderr.isatty() and not os.environ.get("CI")
+        self._bar: Any = None
+        self._task: Any = None
+        self._key: tuple[str, str, int] | None = None
+        self._t0 = time.monotonic()
+
+    def __call__(self, ev: Progress) -> None:
+        if not self.enabled:
+            return
+        key = (ev.phase, ev.arm, ev.round)
+        label = f"{ev.phase} {ev.arm}" + (
+            f" round {ev.round}/{ev.total_rounds}" if ev.round else ""
+        )
+        if self.live:
+            self._live(ev, key, label)
+            return
+        if key != self._key:
+            self._key = key
+            self._print(f"{label}: {ev.total} case(s)")
+        if ev.case and ev.total <= self.NAMED:
+            self._print(f"{label}: {ev.case}")
+        elif not ev.case and ev.done == ev.total:
+            self._print(f"{label}: done ({time.monotonic() - self._t0:.0f} s elapsed)")
+
+    def _print(self, line: str) -> None:
+        print(f"{self.prefix} {line}", file=sys.stderr, flush=True)
+
+    def _live(self, ev: Progress, key: tuple[str, str, int], label: str) -> None:
+        from rich.markup import escape
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+        from rich.progress import Progress as Bar
+
+        if self._bar is None:
+            self._bar = Bar(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                transient=True,
+            )
+            self._bar.start()
+        if key != self._key:
+            self._key = key
+            self._task = self._bar.add_task(escape(label), total=ev.total)
+        # Case names are user data: escaped, so that "[fp16]" or "[/]" is shown as
+        # written instead of being read as rich markup.
+        description = escape(f"{label} {ev.case}".strip())
+        self._bar.update(self._task, completed=ev.done, description=description)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, make_case, make_run, synthetic_rounds
 
-from guard import cli, core, results
+from guard import cli, core, results, terminal
 from guard.results import CRASHED, CaseResult
 
 
@@ -70,7 +70,7 @@ def test_progress_bar_shows_markup_as_text() -> None:
 
     from guard.runner import Progress
 
-    printer = cli.ProgressPrinter(True)
+    printer = terminal.ProgressPrinter(True)
     printer.live = True
     try:
         printer(Progress("time", "candidate", 1, 2, "reference/x[/]y[red]", 0, 1))
@@ -79,6 +79,30 @@ def test_progress_bar_shows_markup_as_text() -> None:
     finally:
         printer.close()
 
+
+
+def test_plain_progress_names_the_case_a_short_round_is_on(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a CI log: a round of many cases is counted, a round of a few (the extension of
+    inconclusive ones) names each case as it starts, so a check stopped by a timeout in
+    the middle of that round still says what it was measuring."""
+    from guard.runner import Progress
+
+    monkeypatch.setenv("CI", "true")
+    printer = terminal.ProgressPrinter(True, prefix="[perf-guard]")
+    many = [f"k/case{i}" for i in range(5)]
+    for i, cid in enumerate(many):
+        printer(Progress("time", "candidate", 6, 20, cid, i, len(many)))
+    printer(Progress("time", "candidate", 6, 20, "", len(many), len(many)))
+    printer(Progress("time", "baseline", 7, 20, "k/case3", 0, 1))  # stopped here
+    lines = [line.split(" (")[0] for line in capsys.readouterr().err.splitlines()]
+    assert lines == [
+        "[perf-guard] time candidate round 6/20: 5 case(s)",
+        "[perf-guard] time candidate round 6/20: done",
+        "[perf-guard] time baseline round 7/20: 1 case(s)",
+        "[perf-guard] time baseline round 7/20: k/case3",
+    ]
 
 # ------------------------------------------------------------ closed stdout
 
