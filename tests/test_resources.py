@@ -502,16 +502,15 @@ def test_ctrl_c_while_both_trees_compile_ends_both_children_at_once(monkeypatch)
     import os
     import signal
     import sys
+    import threading
     import time
 
     from guard import core, proc, resources
     from guard.compare import compare_runs
 
-    started: list[float] = []
     ends: list[int | None] = []
 
     def collect(root: str, *args: object, **kwargs: object) -> ResourceReport:
-        started.append(time.monotonic())
         sleeper = [sys.executable, "-c", "import time; time.sleep(120)"]
         run = proc.run_group(sleeper, 120, os.environ, stdout_limit=100, stderr_limit=100)
         ends.append(run.returncode)
@@ -520,18 +519,21 @@ def test_ctrl_c_while_both_trees_compile_ends_both_children_at_once(monkeypatch)
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
+    def ctrl_c_once_both_run() -> None:
+        deadline = time.monotonic() + 60
+        while len(proc._RUNNING) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+
     monkeypatch.setattr(resources, "collect_in_tree", collect)
     suite = load_suite(ROOT / "suites/default.yaml")
     comparison = compare_runs(*data.pair())
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    t0 = time.monotonic()
+    previous = signal.signal(signal.SIGUSR1, interrupt)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 2.0)  # both children are asleep by then
+        threading.Thread(target=ctrl_c_once_both_run, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
             core.with_resource_changes(comparison, suite, "base", "head")
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-    assert len(started) == 2
-    assert time.monotonic() - t0 < 30, "the pool waited for the children's timeout"
-    assert ends == [-signal.SIGKILL, -signal.SIGKILL]  # killed, not timed out (None)
+        signal.signal(signal.SIGUSR1, previous)
+    # Killed: not slept to their end (0) nor stopped at their timeout (None).
+    assert ends == [-signal.SIGKILL, -signal.SIGKILL]
