@@ -137,7 +137,9 @@ def _tile_softmax(qk, start_n, masked, row0, seq_k, m_i, l_i, qk_scale,  # type:
 
 
 @gluon.jit
-def _store_out(acc, l_i, o_smem, o_desc, b, h, row0, o_layout: gl.constexpr):  # type: ignore[no-untyped-def]
+def _store_out(acc, l_i, o_smem, o_desc, b, h, row0, o_layout: gl.constexpr,  # type: ignore[no-untyped-def]
+               WAIT: gl.constexpr = True):  # fmt: skip
+    # WAIT: until the TMA store has read o_smem (else the caller waits before reuse).
     # l == 0 only for a row that saw no key (not possible with seq_k >= 1): guard.
     l_i = gl.where(l_i == 0.0, 1.0, l_i)
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
@@ -145,7 +147,8 @@ def _store_out(acc, l_i, o_smem, o_desc, b, h, row0, o_layout: gl.constexpr):  #
     o_smem.reshape([o.shape[0], o.shape[1]]).store(o)
     fence_async_shared()  # generic-proxy stores before the async-proxy TMA store
     tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_smem)
-    tma.store_wait(0)
+    if WAIT:
+        tma.store_wait(0)
 
 
 @gluon.jit
@@ -197,12 +200,17 @@ def _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, hk, n_tiles, it0, STAGES: 
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0, n_tiles,  # type: ignore[no-untyped-def]
-              STAGES: gl.constexpr):  # fmt: skip
-    q_bar = bars[0]
+def _load_q(q_desc, q_smem, q_bar, b, h, m0):  # type: ignore[no-untyped-def]
+    # Q of one CTA tile: 2 x ROWS rows, one buffer per consumer warpgroup.
     mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_bar, q_smem.index(0))
     tma.async_copy_global_to_shared(q_desc, [b, h, m0 + ROWS, 0], q_bar, q_smem.index(1))
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0, n_tiles,  # type: ignore[no-untyped-def]
+              STAGES: gl.constexpr):  # fmt: skip
+    _load_q(q_desc, q_smem, bars[0], b, h, m0)
     _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, hk, n_tiles, 0, STAGES)
 
 
@@ -382,7 +390,6 @@ def _tile_of(t, n_m, heads):  # type: ignore[no-untyped-def]
 @gluon.jit
 def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,  # type: ignore[no-untyped-def]
                          kv_group, n_m, heads, total, n_tiles, STAGES: gl.constexpr):  # fmt: skip
-    q_bar = bars[0]
     ti = 0
     for t in range(gl.program_id(0), total, gl.num_programs(0)):
         pid_m, h, b = _tile_of(t, n_m, heads)
@@ -390,9 +397,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
         # Both consumers released their Q buffer (after their last Q·K^T of the
         # previous tile, before its last P·V and store): load this tile's Q.
         mbarrier.wait(q_empty, (ti & 1) ^ 1)
-        mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_bar, q_smem.index(0))
-        tma.async_copy_global_to_shared(q_desc, [b, h, m0 + ROWS, 0], q_bar, q_smem.index(1))
+        _load_q(q_desc, q_smem, bars[0], b, h, m0)
         # Non-causal only: every tile has n_tiles key tiles, so the ring runs on from
         # position ti * n_tiles.
         _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, h // kv_group, n_tiles,
@@ -409,7 +414,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
-    n_full = seq_k // BLOCK_N
+    n_full = _n_full(0, seq_k, BLOCK_N, False)
     it = 0
     ti = 0
     for t in range(gl.program_id(0), total, gl.num_programs(0)):
@@ -426,12 +431,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
         # O through this warpgroup's own buffer; the previous tile's TMA store must
         # have read it first (waited here, not after issuing: it overlaps the tile).
         tma.store_wait(0)
-        l_i = gl.where(l_i == 0.0, 1.0, l_i)
-        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-        o = (acc / gl.expand_dims(l_o, 1)).to(o_desc.dtype)
-        o_smem.index(WG).reshape([ROWS, HEAD_DIM]).store(o)
-        fence_async_shared()
-        tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_smem.index(WG))
+        _store_out(acc, l_i, o_smem.index(WG), o_desc, b, h, row0, o_layout, False)
         it += n_tiles
         ti += 1  # noqa: SIM113 (no enumerate() in a jitted loop)
     tma.store_wait(0)
@@ -444,7 +444,7 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
     # Non-causal only: every tile has the same key range, so a static round-robin of
     # tiles over the CTAs (one per SM) balances.
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    n_tiles = gl.cdiv(seq_k, BLOCK_N)
+    n_tiles = _kv_range(0, seq_k, 2 * ROWS, BLOCK_N, False)
     total = n_m * heads * batch
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
     o_smem = gl.allocate_shared_memory(o_desc.dtype, [2] + o_desc.block_type.shape, o_desc.layout)
@@ -886,14 +886,14 @@ def launch(
     """Run the kernel on validated tensors; returns a launch plan for this key (or None)."""
     batch, heads_q, seq_q, head_dim = q.shape
     seq_k = k.shape[2]
+    if variant == "ws-persistent" and causal:
+        # Causal row blocks differ in length: the per-tile grid (heaviest first) balances
+        # them, a static round-robin would not. Before the config: ws's, all of it.
+        variant = "ws"
     cfg = config(head_dim, causal, variant, **overrides)
     q_desc, o_desc = _descriptor(q, _ROWS), _descriptor(out, _ROWS)
     k_desc, v_desc = _descriptor(k, cfg["BLOCK_N"]), _descriptor(v, cfg["BLOCK_N"])
     scalars: Scalars = (scale * math.log2(math.e), seq_k, heads_q // k.shape[1])
-    if variant == "ws-persistent" and causal:
-        # Causal row blocks differ in length: the per-tile grid (heaviest first) balances
-        # them, a static round-robin would not.
-        variant = "ws"
     if variant == "ws-persistent":
         n_m = triton.cdiv(seq_q, 2 * _ROWS)
         grid = (min(n_m * heads_q * batch, _sm_count(q)), 1, 1)  # 3-D: the raw launcher's
@@ -937,7 +937,8 @@ def flash_attention_fwd(
     as ``kernels.triton_flash_fwd.flash_attention_fwd``: q (batch, heads_q, seq_q,
     head_dim), k and v (batch, heads_kv, seq_k, head_dim), causal TOP-LEFT aligned.
     ``variant``: "ws" (warp-specialized), "ws-pingpong" (plus the scheduler barrier),
-    "simple" or "simple-overlap"; ``overrides`` replace entries of ``config``
+    "ws-persistent" (one CTA per SM; non-causal only, causal runs "ws"), "simple" or
+    "simple-overlap"; ``overrides`` replace entries of ``config``
     (BLOCK_N, STAGES, ...).
     Raises ``ValueError`` for inputs this kernel cannot take (head_dim, empty
     sequences, TMA alignment, not sm_90). No launch-plan cache here (a tuning entry).
