@@ -270,8 +270,10 @@ def _time_graph(fn) -> float:
 
 
 def _emit(out_path: Path, obj: dict) -> None:
-    """One result row: appended to results.jsonl and printed."""
-    line = json.dumps(obj)
+    """One result row, with the GPU it ran on: appended to results.jsonl and printed."""
+    import torch
+
+    line = json.dumps({**obj, "gpu": torch.cuda.get_device_name()})
     with open(out_path, "a") as fh:
         fh.write(line + "\n")
     print(line, flush=True)

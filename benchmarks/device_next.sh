@@ -24,18 +24,16 @@ case "$gpu:${1:-1}" in
             PHASE_LIMIT=200 benchmarks/pr_check_proof.sh same against ;;
   *H200*:2) PHASE_LIMIT=150 benchmarks/pr_check_proof.sh ws-off
             CAL_SECONDS=380 CAL_LIMIT=400 benchmarks/gpu_session.sh calibrate ;;
-  *:1) benchmarks/gpu_session.sh ncu-gluon  # the dispatched hd-64 causal kernel's profile
+  *:1) benchmarks/gpu_session.sh ncu-gluon  # profiles of the dispatched Gluon kernels
        PHASE_LIMIT=250 benchmarks/pr_check_proof.sh same against ;;
   *:2) CAL_SECONDS=400 CAL_LIMIT=420 benchmarks/gpu_session.sh calibrate ;;
-  *:3)  # after a dispatch change: check it (plan path too), re-record, prove the baseline
-    timeout 120 python3 benchmarks/bench_gluon.py --out "$OUT/final" --no-host --budget-s 110 \
-      --providers triton,triton+gluon --paired "" > "$OUT/final.log" 2>&1
-    grep -A4 "== correctness" "$OUT/final.log"
-    if python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; sys.exit(0 if r and all(x.get("ok") and not x.get("error") for x in r) else 1)' "$OUT/final/results.jsonl"; then
-      PHASE_LIMIT=330 benchmarks/pr_check_proof.sh refresh
-      cp "$OUT"/nvidia-*.json baselines/
+  *:3)  # after a kernel change: the dispatch checked (plan path too), then re-recorded
+    # (the refresh phase skips itself when the gate failed), then the proof against it
+    GLUON_PROVIDERS=triton,triton+gluon GLUON_PAIRED= GLUON_BUDGET=110 \
+      benchmarks/gpu_session.sh gluon gluon-gate refresh
+    if cp "$OUT"/nvidia-*.json baselines/ 2> /dev/null; then
       PHASE_LIMIT=120 benchmarks/pr_check_proof.sh same
-    else echo "dispatch checks failed: no refresh"; fi ;;
+    fi ;;
 esac
 benchmarks/gpu_session.sh pack
 ls -la "${OUT:-gpu-out}"

@@ -47,7 +47,7 @@ for p in "$@"; do
       TAIL=45 phase gluon "$(( ${GLUON_BUDGET:-220} + 20 ))" python3 benchmarks/bench_gluon.py \
         --out "$OUT" --budget-s "${GLUON_BUDGET:-220}" --providers "${GLUON_PROVIDERS:-sdpa,triton,triton-portable,triton+gluon,gluon-ws,gluon-ws-persistent,gluon-simple,gluon-simple-overlap:hd=64,gluon-simple-overlap:BLOCK_N=64:hd=64}" \
         --unchecked "${GLUON_UNCHECKED:-triton-portable}" \
-        --paired "${GLUON_PAIRED:-sdpa,triton,triton-portable,gluon-simple:BLOCK_N=64:hd=64}" ;;
+        --paired "${GLUON_PAIRED-sdpa,triton,triton-portable,gluon-simple:BLOCK_N=64:hd=64}" ;;
     gluon-gate)  # exit 1 when a check of the dispatched kernel failed in the gluon phase
       phase gluon-gate 30 python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; mine=[r for r in rows if r.get("name") in ("triton","triton+gluon")]; bad=[r for r in mine if not r.get("ok") or r.get("error")]; n=sum(r.get("kind")=="check" for r in mine); print(f"{len(mine)-len(bad)}/{len(mine)} checks and timed-output checks of the dispatch pass ({n} checks)"); sys.exit(1 if bad or not n else 0)' "$OUT/results.jsonl" || GATE_FAILED=1 ;;
     ncu-gluon)

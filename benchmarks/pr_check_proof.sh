@@ -82,8 +82,9 @@ for p in "$@"; do
       (cd "$repo" && export GIT_AUTHOR_NAME=proof GIT_AUTHOR_EMAIL=proof@localhost \
           GIT_COMMITTER_NAME=proof GIT_COMMITTER_EMAIL=proof@localhost \
         && git init -q && git add -A && git commit -qm base \
-        && sed -i "$OVERLAP_OFF" kernels/gluon_flash_fwd.py && git commit -qam plant \
-        && git diff --stat HEAD~1)
+        && sed -i "$OVERLAP_OFF" kernels/gluon_flash_fwd.py \
+        && ! git diff --quiet && git commit -qam plant \
+        && git diff --stat HEAD~1) || { echo "=== against: the plant did not apply"; continue; }
       for ref in HEAD~1 HEAD; do  # the plant against its parent, then against itself
         t0=$SECONDS name=against-$([ $ref = HEAD ] && echo self || echo plant)
         (cd "$repo" && PYTHONPATH=$repo timeout "${PHASE_LIMIT:-590}" python3 -m guard compare --device cuda \
