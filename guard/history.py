@@ -32,7 +32,6 @@ module only feeds it a case's timed medians and maps its indexes back.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import math
@@ -128,16 +127,14 @@ class HistoryPoint:
     min_effect: float
     kernel_hash: str
 
-    @functools.cached_property
+    @property
     def time(self) -> float | None:
         """The run's time for this case as every other number the guard shows it
         (``stats.case_time`` of the round medians); the pooled ``median`` for a row
         without round medians. None unless the case was timed."""
-        if self.median is None:
-            return None
-        if not self.round_medians:
+        if self.median is None or not self.round_medians:
             return self.median
-        return stats.case_time([[m] for m in self.round_medians]) or self.median
+        return stats.case_time([[m] for m in self.round_medians])
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guard.errors import ExitCode  # standard library only, like this module
+from guard.text import fmt_ratio  # likewise
 
 OUTCOME_SCHEMA_VERSION = 2
 MAX_CASES = 200  # rows an outcome file may hold (a suite is tens of cases)
@@ -136,11 +137,10 @@ class CaseOutcome:
     @property
     def ratio_text(self) -> str:
         """"1.054x [1.044, 1.064]", "1.054x" without an interval, "—" untimed."""
-        if self.ratio is None:
-            return "—"
-        if self.low is None or self.high is None:
-            return f"{self.ratio:.3f}x"
-        return f"{self.ratio:.3f}x [{self.low:.3f}, {self.high:.3f}]"
+        ratio = fmt_ratio(self.ratio)
+        if self.ratio is None or self.low is None or self.high is None:
+            return ratio
+        return f"{ratio} [{self.low:.3f}, {self.high:.3f}]"
 
     def to_json(self) -> dict[str, Any]:
         return {
