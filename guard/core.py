@@ -414,14 +414,14 @@ def with_resource_changes(
         for c in comparison.cases
     )
     notes = comparison.notes
-    skipped = [(cid, why) for report in (base, head) for cid, why in report.skipped.items()]
+    skipped = {**head.skipped, **base.skipped}  # case -> {arch: why}, from either tree
     if skipped:  # a hook that could not report must not look like "no change"
-        cid, (arch, reason) = skipped[0][0], next(iter(skipped[0][1].items()))
-        count = len({cid for cid, _ in skipped})
+        cid, why = next(iter(skipped.items()))
+        arch, reason = next(iter(why.items()))
         notes = (
             *notes,
-            f"compiler resources not compared for {count} case(s), e.g. {cid} on {arch}: "
-            f"{shown(reason)}",
+            f"compiler resources not compared for {len(skipped)} case(s), e.g. {cid} on "
+            f"{arch}: {shown(reason)}",
         )
 
     def stored(run: RunResult, report: resources.ResourceReport) -> RunResult:
