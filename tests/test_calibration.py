@@ -34,13 +34,16 @@ POOLS = {
     "h100-sustained-lease7": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T140151.json.gz",
 }
 # Published lower bounds (docs/CALIBRATION.md), less slack for the smaller re-run; the
-# +2% goal is for S >= 512 (the 128-token shape is launch-bound: 1-1.8% noise).
+# +2% goal is for S >= 512 (the 128-token shape is launch-bound: 1-1.8% noise). None:
+# a pool too small for the +2% goal (23-25 rounds cap the extension at 11-12 per arm).
 MIN_POWER_PLUS2_LONG = {
-    "h100": 0.85,  # published: 0.97 at worst
-    "h200": 0.80,  # 0.89
-    "h100-sustained-lease5": 0.85,  # 0.97
-    "h100-sustained-lease6": 0.85,  # 0.96
-    "h100-sustained-lease7": 0.85,  # 0.96
+    "h100": 0.85,
+    "h200": 0.80,  # one check short of the goal there
+    "h100-sustained-lease3": None,
+    "h100-sustained-lease4": None,
+    "h100-sustained-lease5": 0.85,
+    "h100-sustained-lease6": 0.85,
+    "h100-sustained-lease7": 0.85,
 }
 SHORT = "b1-h8-s128-d64-full"
 
@@ -51,13 +54,10 @@ def _pool(name: str):
     return [r["samples"] for r in doc["rounds"]], list(doc["plan"]["workloads"])
 
 
-@pytest.mark.parametrize(
-    "gpu",
-    ["h100", "h200", "h100-sustained-lease5", "h100-sustained-lease6", "h100-sustained-lease7"],
-)
+@pytest.mark.parametrize("gpu", list(MIN_POWER_PLUS2_LONG))
 def test_paired_rates_hold(gpu):
-    """The PR check: both trees on one machine, 6 rounds each growing to 20 (to 14 in
-    the 28-round sustained pool, as published)."""
+    """The PR check: both trees on one machine, 6 rounds each growing to 20, or to what
+    the pool holds (14 in the 28-round pool, 11-12 in the 23-25-round ones)."""
     plan = load_suite("suites/default.yaml").timing
     rounds, workloads = _pool(gpu)
     rule = Rule(min_effect=0.02, margin=plan.margin)
@@ -69,24 +69,10 @@ def test_paired_rates_hold(gpu):
     assert rates.false_alarm == 0.0
     assert rates.aa_inconclusive <= 0.05  # at most 1 gated case in 20 left open
     assert rates.min_power("plus5") >= 0.96
-    long = {w: p for w, p in rates.power["plus2"].items() if w != SHORT}
-    assert min(long.values()) >= MIN_POWER_PLUS2_LONG[gpu]
-
-
-@pytest.mark.parametrize("pool", ["h100-sustained-lease3", "h100-sustained-lease4"])
-def test_sustained_pools_hold_at_their_size(pool):
-    """The sustained-load pools hold 23 and 25 rounds: checks of 6 rounds per arm
-    growing to 11 (the published rows were analysed at 11 and 12)."""
-    plan = load_suite("suites/default.yaml").timing
-    rounds, workloads = _pool(pool)
-    rule = Rule(min_effect=0.02, margin=plan.margin)
-    checks = cal.make_checks(len(rounds), plan.rounds, 5, 25, np.random.default_rng(11))
-    rates = cal.evaluate(
-        rounds, workloads, ["plus5"], cal.rule_guard(rule, plan.alpha), checks, "g", 11
-    )
-    assert rates.false_alarm == 0.0
-    assert rates.aa_inconclusive <= 0.05
-    assert rates.min_power("plus5") >= 0.96
+    floor = MIN_POWER_PLUS2_LONG[gpu]
+    if floor is not None:
+        long = {w: p for w, p in rates.power["plus2"].items() if w != SHORT}
+        assert min(long.values()) >= floor
 
 
 @pytest.mark.parametrize(
