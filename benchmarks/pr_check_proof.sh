@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The PR check as the workflow runs it, on a GPU, for the closing notes of issues 12 and
-# 16: this checkout is the judge (the base commit); each "PR" is a copy of it with one
-# change, passed as --candidate-tree. Phases by name (each within a 10-minute call):
+# The PR check as the workflow runs it, on a GPU: this checkout is the judge (the base
+# commit); each "PR" is a copy of it with one change, passed as --candidate-tree.
+# Phases by name (each within a 10-minute call):
 #   same      an unchanged tree (identical kernels: decided without timing)
 #   timed     the unchanged tree, gated kernels timed anyway (--time-identical)
 #   gluon-off a planted regression: the Gluon dispatch of hd-128 non-causal raised to
@@ -15,6 +15,12 @@
 #   against   `guard compare --against` as a developer runs it: a git repository of this
 #             tree with the overlap-off plant committed on top, compared with its parent
 #             (paired, interleaved), then the parent against itself (identical kernels)
+#   local-base `python -m guard.ci --base HEAD~1` in that repository (no --candidate-tree:
+#             the policy from the base commit as text), as a developer runs the check
+#   rig-namespace a rigged PR: the overlap-off plant with kernels/__init__.py deleted (a
+#             namespace package the judge's own kernels would shadow): must not pass
+#   rig-daemon a rigged PR whose kernels/ starts a daemon (double fork, setsid) at import:
+#             must fail, and nothing of it may outlive the check
 # Exit code, verdicts per case and wall time of each go to $OUT/<phase>.* and a line each;
 # PHASE_LIMIT (seconds, default 590) bounds each guard process.
 set -uo pipefail
@@ -43,6 +49,7 @@ check() {  # phase, tree, extra guard.ci args...
     --candidate-tree "$tree" --out-dir "$OUT/$phase" "$@" > "$OUT/$phase.log" 2>&1
   local rc=$?
   echo "=== $phase: exit $rc in $((SECONDS - t0)) s"
+  [ -f "$OUT/$phase/meta.json" ] || { tail -n 5 "$OUT/$phase.log"; return; }
   python3 - "$OUT/$phase/meta.json" <<'PY'
 import json, sys
 o = json.load(open(sys.argv[1]))
@@ -54,6 +61,27 @@ for c in o["cases"]:
         print(f"  {c['id']:<40} {c['verdict']:<12} {'' if r is None else f'{r:.3f}x'}{ci}")
 PY
 }
+
+plant_repo() {  # a git repository of this tree, the overlap-off plant committed on top
+  repo=/tmp/against-repo
+  rm -rf "$repo" && mkdir -p "$repo"
+  tar --exclude=./.git --exclude=./gpu-out -cf - . | tar -C "$repo" -xf -
+  (cd "$repo" && export GIT_AUTHOR_NAME=proof GIT_AUTHOR_EMAIL=proof@localhost \
+      GIT_COMMITTER_NAME=proof GIT_COMMITTER_EMAIL=proof@localhost \
+    && git init -q && git add -A && git commit -qm base \
+    && sed -i "$OVERLAP_OFF" kernels/gluon_flash_fwd.py \
+    && ! git diff --quiet && git commit -qam plant \
+    && git diff --stat HEAD~1)
+}
+
+DAEMON='import os as _os
+_pid = _os.fork()
+if _pid == 0:
+    _os.setsid()
+    if _os.fork() == 0:
+        _os.execvp("sleep", ["sleep", "777"])
+    _os._exit(0)
+_os.waitpid(_pid, 0)'
 
 WS_OFF='s/os.environ.get(_WS_ENV, "1") == "0"/True/'
 GLUON_OFF='s/(128, False): (2048 \* 2048,/(128, False): (4096 * 4096,/'
@@ -76,15 +104,7 @@ for p in "$@"; do
         > "$OUT/refresh.log" 2>&1
       echo "=== refresh: exit $? in $((SECONDS - t0)) s"; tail -3 "$OUT/refresh.log" ;;
     against)
-      repo=/tmp/against-repo
-      rm -rf "$repo" && mkdir -p "$repo"
-      tar --exclude=./.git --exclude=./gpu-out -cf - . | tar -C "$repo" -xf -
-      (cd "$repo" && export GIT_AUTHOR_NAME=proof GIT_AUTHOR_EMAIL=proof@localhost \
-          GIT_COMMITTER_NAME=proof GIT_COMMITTER_EMAIL=proof@localhost \
-        && git init -q && git add -A && git commit -qm base \
-        && sed -i "$OVERLAP_OFF" kernels/gluon_flash_fwd.py \
-        && ! git diff --quiet && git commit -qam plant \
-        && git diff --stat HEAD~1) || { echo "=== against: the plant did not apply"; continue; }
+      plant_repo || { echo "=== against: the plant did not apply"; continue; }
       for ref in HEAD~1 HEAD; do  # the plant against its parent, then against itself
         t0=$SECONDS name=against-$([ $ref = HEAD ] && echo self || echo plant)
         (cd "$repo" && PYTHONPATH=$repo timeout "${PHASE_LIMIT:-590}" python3 -m guard compare --device cuda \
@@ -93,6 +113,25 @@ for p in "$@"; do
         echo "=== $name (--against $ref): exit $? in $((SECONDS - t0)) s"
         tail -n 24 "$OUT/$name.txt"
       done ;;
+    local-base)
+      [ -d /tmp/against-repo/.git ] || plant_repo > /dev/null || { echo "=== local-base: no plant"; continue; }
+      t0=$SECONDS
+      (cd /tmp/against-repo && PYTHONPATH=/tmp/against-repo timeout "${PHASE_LIMIT:-590}" \
+        python3 -m guard.ci --device cuda --base HEAD~1 --out-dir "$OUT/local-base" \
+        > "$OUT/local-base.log" 2>&1)
+      echo "=== local-base (guard.ci --base HEAD~1): exit $? in $((SECONDS - t0)) s"
+      grep -iE "resource|registers|PASS|FAIL|NO VERDICT|regression" "$OUT/local-base.log" | tail -n 12 ;;
+    rig-namespace)
+      tree=$(pr_tree rig-namespace "$OVERLAP_OFF" gluon_flash_fwd.py)
+      rm "$tree/kernels/__init__.py"
+      check rig-namespace "$tree" ;;
+    rig-daemon)
+      tree=$(pr_tree rig-daemon)
+      printf '%s\n' "$DAEMON" >> "$tree/kernels/__init__.py"
+      check rig-daemon "$tree"
+      left=$(pgrep -f 'sleep 777' | wc -l)
+      echo "  processes of the PR still running after the check: $left"
+      pkill -f 'sleep 777' ;;
     *) echo "unknown phase $p" ;;
   esac
 done
