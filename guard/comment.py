@@ -55,7 +55,7 @@ def _gpu_section(outcome: Outcome) -> list[str]:
     moved = outcome.moved
     if moved:
         rows = [
-            [c.case_id, c.verdict.value + (" (fails)" if c.fails else ""), c.ratio_text, c.reason]
+            [c.case_id, c.verdict_text + (" (fails)" if c.fails else ""), c.ratio_text, c.reason]
             for c in moved[:MAX_ROWS]
         ]
         out += [md_table(["case", "verdict", "ratio [CI]", "why"], rows), ""]

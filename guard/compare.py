@@ -16,7 +16,10 @@ A case whose kernel is identical in both (the same ``guard.fingerprint`` of what
 the GPU) is "unchanged (identical kernel)" and needs no timing. A not-gated case (the
 SDPA backends) is a control: its ratio is shown, it never gets a verdict's colour.
 Correctness failures fail the check whatever the timing says. No gated case decided,
-no verdict: exit 2 and "NO VERDICT", never a pass.
+no verdict: exit 2 and "NO VERDICT", never a pass. Nor is a gated case left
+inconclusive whose estimate itself lies beyond its threshold (``unresolved``): its
+interval was too wide to call the slowdown, not evidence against it; "NO VERDICT" too,
+with the rounds that would decide it.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from guard import stats
+from guard import limits, stats
 from guard.errors import BadInput, ExitCode, shown
 from guard.outcome import CaseOutcome, CaseVerdict, CheckVerdict, Outcome
 from guard.results import INFRA_STATUSES, OK, UNAVAILABLE, WRONG, CaseResult, RunResult
-from guard.stats import Interval, Rule, Verdict
+from guard.stats import Basis, Interval, Rule, Verdict
 from guard.suite import Case, TimingPlan
+from guard.text import fmt_ratio
 
 
 class Status(str, enum.Enum):
@@ -65,6 +69,7 @@ class CaseComparison:
     # Compiler resources that differ from the baseline's (guard.resources), reported
     # beside the timing verdict as notes, never as a failure by themselves.
     resource_changes: tuple[str, ...] = ()
+    rule: Rule | None = None  # what decided the interval (``case_rule``)
     candidate: CaseResult | None = field(default=None, repr=False, compare=False)
     baseline: CaseResult | None = field(default=None, repr=False, compare=False)
 
@@ -72,6 +77,48 @@ class CaseComparison:
     def ratio(self) -> float | None:
         """The ratio shown: the interval's, or without an interval the ratio alone."""
         return self.interval.ratio if self.interval is not None else self.point_ratio
+
+    @property
+    def basis(self) -> Basis | None:
+        """The number the verdict rests on and its limit (``stats.judge``)."""
+        if self.interval is None or self.rule is None or self.status is not Status.COMPARED:
+            return None
+        return stats.judge(self.interval, self.rule)[1]
+
+    @property
+    def unresolved(self) -> bool:
+        """A gated case left inconclusive although its estimate lies beyond its
+        threshold (``1 + rule.min_effect``): not a pass (``Comparison.verdict``)."""
+        return (
+            self.gate
+            and self.status is Status.COMPARED
+            and self.verdict is Verdict.INCONCLUSIVE
+            and self.interval is not None
+            and self.rule is not None
+            and self.interval.ratio > 1.0 + self.rule.min_effect
+        )
+
+    @property
+    def unresolved_note(self) -> str:
+        """Why an ``unresolved`` case decides nothing, and about how many rounds per arm
+        would decide it ("" for any other case)."""
+        iv, rule = self.interval, self.rule
+        if not self.unresolved or iv is None or rule is None:
+            return ""
+        arms = [len(r.rounds) for r in (self.baseline, self.candidate) if r is not None]
+        rounds = min(arms) if len(arms) == 2 else 2  # 2: the fewest an interval has
+        needed = stats.rounds_to_decide(iv, rule, rounds)
+        now = f" ({rounds} now)" if len(arms) == 2 else ""
+        more = (
+            f"about {needed} rounds per arm would decide it{now}"
+            if needed is not None
+            else f"even {limits.MAX_ROUNDS_PER_CASE} rounds per arm would not decide it"
+            " at this noise"
+        )
+        return (
+            f"the estimate {fmt_ratio(iv.ratio)} lies beyond {1.0 + rule.min_effect:.4g} but "
+            f"the interval is too wide to call it a regression; {more}"
+        )
 
     @property
     def fails(self) -> bool:
@@ -95,6 +142,7 @@ class CaseComparison:
 
     def outcome(self) -> CaseOutcome:
         iv = self.interval
+        basis = self.basis if self.gate else None  # a control's ratio is context only
         return CaseOutcome(
             case_id=self.case_id,
             gate=self.gate,
@@ -107,6 +155,9 @@ class CaseComparison:
             candidate_s=self.candidate_median,
             reason=self.reason,
             notes=self.resource_changes,
+            bound=basis.value if basis else None,
+            limit=basis.limit if basis else None,
+            bound_level=basis.level if basis else None,
         )
 
 
@@ -131,6 +182,11 @@ class Comparison:
             return CheckVerdict.INFRASTRUCTURE
         if self.no_verdict_reason:
             return CheckVerdict.NO_VERDICT  # neutral: nothing measured that could pass
+        if self.unresolved:
+            # Its interval could not call it, yet the best estimate is a slowdown beyond
+            # the threshold: passing would wave through a kernel measured 3x slower on
+            # too few rounds. Not a failure either (nothing significant): exit 2.
+            return CheckVerdict.NO_VERDICT
         return CheckVerdict.PASS
 
     @property
@@ -182,6 +238,12 @@ class Comparison:
             return f"ERROR: {len(errors)} gated case(s) crashed, timed out or failed to build"
         if self.no_verdict_reason:
             return f"NO VERDICT: no gated case was measured ({self.no_verdict_reason})"
+        if self.unresolved:
+            worst = self.unresolved[0]
+            return (
+                f"NO VERDICT: {len(self.unresolved)} gated case(s) inconclusive with an "
+                f"estimate beyond the threshold; {worst.case_id}: {worst.unresolved_note}"
+            )
         improved = sum(1 for c in self.cases if c.gate and c.verdict is Verdict.IMPROVEMENT)
         inconclusive = sum(1 for c in self.cases if c.gate and c.verdict is Verdict.INCONCLUSIVE)
         too_few = sum(1 for c in self.cases if c.gate and c.status is Status.TOO_FEW_ROUNDS)
@@ -199,6 +261,13 @@ class Comparison:
         if too_few:
             extra.append(f"{too_few} with too few rounds to decide")
         return text + (f" ({', '.join(extra)})" if extra else "")
+
+    @property
+    def unresolved(self) -> tuple[CaseComparison, ...]:
+        """Gated cases inconclusive with an estimate beyond their threshold, the
+        slowest first."""
+        cases = [c for c in self.cases if c.unresolved]
+        return tuple(sorted(cases, key=lambda c: -(c.ratio or 0.0)))
 
     def inconclusive_ids(self) -> list[str]:
         return [c.case_id for c in self.cases if c.gate and c.verdict is Verdict.INCONCLUSIVE]
@@ -312,19 +381,22 @@ def compare_case(
     hb, hc = stats.case_time(base.host_rounds), stats.case_time(cand.host_rounds)
     if hb and hc:
         host_ratio = hc / hb
-    return replace(
+    compared = replace(
         common,
         status=Status.COMPARED,
         verdict=verdict,
         interval=interval,
         host_ratio=host_ratio,
-        reason=(
-            "the interval is wider than a factor of 1000 either way (too few or too noisy "
-            "rounds for this confidence); measure more rounds"
-            if interval.capped
-            else ""
-        ),
+        rule=rule,
     )
+    reasons = [compared.unresolved_note] if compared.unresolved else []
+    if interval.capped:
+        reasons.insert(
+            0,
+            "the interval is wider than a factor of 1000 either way (too few or too noisy "
+            "rounds for this confidence); measure more rounds",
+        )
+    return replace(compared, reason="; ".join(reasons))
 
 
 def compare_runs(

@@ -14,6 +14,13 @@ Format changes (``OUTCOME_SCHEMA_VERSION``):
   2 (2026-11): the typed outcome: every case's verdict and reason, policy changes,
      the commit tested and the commit that judged. Version 1 files are refused (they
      were written by a check that no longer exists, and a comment is cheap to redo).
+     Later additions that a reader of version 2 may lack or ignore, so still version 2:
+     each case's ``bound``, ``limit`` and ``bound_level`` (the number its verdict rests
+     on: absent, the verdict is shown without it).
+
+What a check writes, this module reads back: ``to_json`` cuts every string to
+``MAX_TEXT`` characters (saying so) and every list to its limit, so that a kernel's
+long exception message cannot make ``meta.json`` unreadable for the comment.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from guard.text import fmt_ratio  # likewise
 OUTCOME_SCHEMA_VERSION = 2
 MAX_CASES = 200  # rows an outcome file may hold (a suite is tens of cases)
 MAX_TEXT = 2000  # characters of any one string read from an outcome file
+MAX_PROFILES = 8  # Nsight Compute profiles an outcome file may hold
+MAX_PROFILE_ROWS = 64  # rows of one profile
 
 
 class CheckVerdict(str, enum.Enum):
@@ -114,6 +123,45 @@ def shown_as_moved(verdict: CaseVerdict, gate: bool, fails: bool) -> bool:
     return fails or verdict in errors or (gate and verdict.moved)
 
 
+# How a case's verdict reads where it is not its enum value.
+CASE_WORDS = {
+    CaseVerdict.IDENTICAL: "unchanged (identical kernel)",
+    CaseVerdict.WRONG: "WRONG RESULTS",
+    CaseVerdict.CONTROL: "control (not gated)",
+}
+# The comparison each decided verdict rests on: (how the value bounds the ratio, how it
+# stands against the limit).
+_BASIS_SIGNS = {
+    CaseVerdict.REGRESSION: ("≥", "> {limit}"),
+    CaseVerdict.IMPROVEMENT: ("≤", "< {limit}"),
+    CaseVerdict.UNCHANGED: ("≤", "< {limit}"),
+    CaseVerdict.INCONCLUSIVE: ("≤", "≥ {limit}"),
+}
+
+
+def verdict_text(
+    verdict: CaseVerdict,
+    bound: float | None = None,
+    limit: float | None = None,
+    bound_level: float | None = None,
+) -> str:
+    """A case's verdict with the number it rests on, e.g. "unchanged: ≤ 1.012x (95%
+    bound) < 1.02" or "regression: ≥ 1.031x > 1.005" (``guard.stats.judge`` decides:
+    ``bound`` is the interval's end, or the one-sided bound at ``bound_level``, that
+    was compared with ``limit``). The one text of a verdict: the terminal table, the
+    Markdown, the HTML report and the PR comment all show it."""
+    words = CASE_WORDS.get(verdict, verdict.value)
+    signs = _BASIS_SIGNS.get(verdict)
+    if signs is None or limit is None:
+        return words
+    shown_limit = f"{limit:.4g}"
+    if bound is None:  # a capped interval: too wide to compare with anything
+        return f"{words}: interval too wide to compare with {shown_limit}"
+    level = "" if bound_level is None else f" ({bound_level * 100:.4g}% bound)"
+    side, against = signs
+    return f"{words}: {side} {bound:.3f}x{level} {against.format(limit=shown_limit)}"
+
+
 class OutcomeFileError(ValueError):
     """An outcome file is not one this version reads; the message names the field."""
 
@@ -133,6 +181,16 @@ class CaseOutcome:
     candidate_s: float | None = None
     reason: str = ""
     notes: tuple[str, ...] = ()  # e.g. compiler resources that changed
+    # What the verdict rests on (``guard.stats.Basis``): the interval's end or the
+    # one-sided bound (at ``bound_level``) that was compared with ``limit``.
+    bound: float | None = None
+    limit: float | None = None
+    bound_level: float | None = None
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict with the number it rests on (``verdict_text``)."""
+        return verdict_text(self.verdict, self.bound, self.limit, self.bound_level)
 
     @property
     def ratio_text(self) -> str:
@@ -144,7 +202,7 @@ class CaseOutcome:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.case_id,
+            "id": cut(self.case_id),
             "gate": self.gate,
             "verdict": self.verdict.value,
             "fails": self.fails,
@@ -153,8 +211,11 @@ class CaseOutcome:
             "high": _finite(self.high),
             "baseline_s": _finite(self.baseline_s),
             "candidate_s": _finite(self.candidate_s),
-            "reason": self.reason,
-            "notes": list(self.notes),
+            "reason": cut(self.reason),
+            "notes": _cut_all(self.notes),
+            "bound": _finite(self.bound),
+            "limit": _finite(self.limit),
+            "bound_level": _finite(self.bound_level),
         }
 
     @classmethod
@@ -176,6 +237,9 @@ class CaseOutcome:
             candidate_s=_number(rec, "candidate_s", where),
             reason=_text(rec, "reason", where, default=""),
             notes=tuple(_texts(rec, "notes", where)),
+            bound=_number(rec, "bound", where),
+            limit=_number(rec, "limit", where),
+            bound_level=_number(rec, "bound_level", where),
         )
 
 
@@ -188,14 +252,15 @@ class CaseProfile:
     rows: tuple[tuple[str, str, str, str], ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.case_id, "rows": [list(r) for r in self.rows]}
+        rows = [_cut_all(r) for r in self.rows[:MAX_PROFILE_ROWS]]
+        return {"id": cut(self.case_id), "rows": rows}
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> CaseProfile:
         rec = _mapping(data, where)
         rows = rec.get("rows", [])
-        if not isinstance(rows, list) or len(rows) > 64:
-            raise OutcomeFileError(f"{where}.rows: not a list of at most 64 rows")
+        if not isinstance(rows, list) or len(rows) > MAX_PROFILE_ROWS:
+            raise OutcomeFileError(f"{where}.rows: not a list of at most {MAX_PROFILE_ROWS} rows")
         parsed = []
         for i, row in enumerate(rows):
             if not isinstance(row, list) or len(row) != 4:
@@ -234,22 +299,32 @@ class Outcome:
         return tuple(sorted(rows, key=lambda c: (not c.fails, c.case_id)))
 
     def to_json(self) -> dict[str, Any]:
+        """The outcome file's content, within every limit ``from_json`` applies."""
+        cases, notes = self.cases, self.notes
+        if len(cases) > MAX_CASES:  # keep the cases a reader must see, in their order
+            moved_first = sorted(
+                range(len(cases)),
+                key=lambda i: not shown_as_moved(cases[i].verdict, cases[i].gate, cases[i].fails),
+            )
+            cases = tuple(cases[i] for i in sorted(moved_first[:MAX_CASES]))
+            note = f"{len(self.cases) - len(cases)} case(s) left out of this file"
+            notes = (note, *notes)
         return {
             "schema_version": OUTCOME_SCHEMA_VERSION,
             "verdict": self.verdict.value,
             "exit_code": int(self.exit_code),
-            "headline": self.headline,
-            "cases": [c.to_json() for c in self.cases],
-            "notes": list(self.notes),
-            "policy_changes": list(self.policy_changes),
-            "baseline_changes": list(self.baseline_changes),
-            "gpu": self.gpu,
-            "tested_commit": self.tested_commit,
-            "judge_commit": self.judge_commit,
-            "head_sha": self.head_sha,
+            "headline": cut(self.headline),
+            "cases": [c.to_json() for c in cases],
+            "notes": _cut_all(notes),
+            "policy_changes": _cut_all(self.policy_changes),
+            "baseline_changes": _cut_all(self.baseline_changes),
+            "gpu": cut(self.gpu),
+            "tested_commit": cut(self.tested_commit),
+            "judge_commit": cut(self.judge_commit),
+            "head_sha": cut(self.head_sha),
             "pr_number": self.pr_number,
-            "run_url": self.run_url,
-            "profiles": [p.to_json() for p in self.profiles],
+            "run_url": cut(self.run_url),
+            "profiles": [p.to_json() for p in self.profiles[:MAX_PROFILES]],
         }
 
     @classmethod
@@ -290,9 +365,29 @@ class Outcome:
             run_url=_text(rec, "run_url", where, default=""),
             profiles=tuple(
                 CaseProfile.from_json(p, f"{where}.profiles[{i}]")
-                for i, p in enumerate(_list(rec, "profiles", where, 8))
+                for i, p in enumerate(_list(rec, "profiles", where, MAX_PROFILES))
             ),
         )
+
+
+# ------------------------------------------------------------------ writing helpers
+
+
+def cut(text: str, limit: int = MAX_TEXT) -> str:
+    """``text`` within ``limit`` characters; where it was longer, its start and a note
+    of how long it was (a kernel's exception message may run to pages)."""
+    if len(text) <= limit:
+        return text
+    tail = f" … [cut: {len(text)} characters in all]"
+    return text[: limit - len(tail)] + tail
+
+
+def _cut_all(texts: tuple[str, ...] | list[str]) -> list[str]:
+    """At most ``MAX_CASES`` strings, each within ``MAX_TEXT``."""
+    kept = [cut(t) for t in texts[:MAX_CASES]]
+    if len(texts) > MAX_CASES:
+        kept[-1] = f"... and {len(texts) - MAX_CASES + 1} more left out"
+    return kept
 
 
 # ------------------------------------------------------------------ reading helpers

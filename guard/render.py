@@ -32,21 +32,18 @@ def fmt_ci(c: CaseComparison) -> str:
 
 
 def verdict_text(c: CaseComparison, icons: bool = False) -> str:
-    """The case's verdict in words (``icons``: with a colour mark). A not-gated case
-    is a control: its ratio is shown, never a verdict's colour (the machine moving
-    must not paint torch's own kernels red)."""
-    verdict = c.case_verdict
-    words = CASE_WORDS.get(verdict, verdict.value)
+    """The case's verdict with the number it rests on (``CaseOutcome.verdict_text``,
+    the one text every renderer shows; ``icons``: with a colour mark). A not-gated
+    case is a control: its ratio is shown, never a verdict's colour (the machine
+    moving must not paint torch's own kernels red)."""
+    outcome = c.outcome()
+    words = outcome.verdict_text
     if not icons:
         return words
+    verdict = outcome.verdict
     return f"{CASE_ICONS[verdict]} {words}" if verdict in CASE_ICONS else words
 
 
-CASE_WORDS = {
-    CaseVerdict.IDENTICAL: "unchanged (identical kernel)",
-    CaseVerdict.WRONG: "WRONG RESULTS",
-    CaseVerdict.CONTROL: "control (not gated)",
-}
 CASE_ICONS = {
     CaseVerdict.REGRESSION: "🔴",
     CaseVerdict.IMPROVEMENT: "🟢",
@@ -212,6 +209,12 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
                 "reason": c.reason,
                 "case_verdict": c.case_verdict.value,
                 "bound": c.interval.bound if c.interval else None,
+                "verdict_text": verdict_text(c),
+                "basis": (
+                    None
+                    if (b := c.basis) is None
+                    else {"value": b.value, "limit": b.limit, "level": b.level}
+                ),
                 "resource_changes": list(c.resource_changes),
             }
             for c in comparison.cases
@@ -238,7 +241,7 @@ def annotations(outcome: Outcome) -> list[str]:
         if title is None:
             continue
         if c.verdict is CaseVerdict.REGRESSION:  # moved: so a gated, failing case
-            msg = f"{c.case_id}: {c.ratio_text} of the baseline's time"
+            msg = f"{c.case_id}: {c.ratio_text} of the baseline's time ({c.verdict_text})"
         else:
             msg = c.reason or c.verdict.value
         level = "warning" if c.verdict is CaseVerdict.ERROR and not c.gate else "error"

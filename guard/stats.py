@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats as sps
 
+from guard import limits
 from guard.errors import shown
 from guard.outcome import CaseVerdict
 
@@ -279,19 +280,73 @@ class Rule:
         return 1.0 - self.miss_rate
 
 
-def classify(interval: Interval, rule: Rule) -> Verdict:
-    """Place an interval against ``rule``. A capped interval (too wide to mean
-    anything) is inconclusive whatever its ends say."""
+@dataclass(frozen=True)
+class Basis:
+    """The number a case's verdict rests on and the limit it was compared with, so
+    that every table can show why (``CaseOutcome.verdict_text``).
+
+    ``value``: the family interval's low end (regression) or high end (improvement),
+    or the one-sided upper bound ("unchanged", "inconclusive"; the interval's high end
+    where no bound was computed); None when the interval was capped. ``level``: the
+    one-sided bound's confidence (None for an end of the interval shown beside it)."""
+
+    value: float | None
+    limit: float
+    level: float | None = None
+
+
+def judge(interval: Interval, rule: Rule) -> tuple[Verdict, Basis]:
+    """Place an interval against ``rule``: the verdict and the number it rests on.
+    A capped interval (too wide to mean anything) is inconclusive whatever its ends
+    say. The one place the rule is applied (``classify`` is its verdict alone)."""
+    unchanged_limit = 1.0 + rule.min_effect
     if interval.capped:
-        return Verdict.INCONCLUSIVE
+        return Verdict.INCONCLUSIVE, Basis(None, unchanged_limit)
     if interval.low > 1.0 + rule.margin:
-        return Verdict.REGRESSION
+        return Verdict.REGRESSION, Basis(interval.low, 1.0 + rule.margin)
     if interval.high < 1.0 - rule.margin:
-        return Verdict.IMPROVEMENT
-    bound = interval.high if interval.bound is None else interval.bound
-    if bound < 1.0 + rule.min_effect:
-        return Verdict.UNCHANGED
-    return Verdict.INCONCLUSIVE
+        return Verdict.IMPROVEMENT, Basis(interval.high, 1.0 - rule.margin)
+    if interval.bound is None:
+        bound, level = interval.high, None
+    else:
+        bound, level = interval.bound, interval.bound_confidence
+    verdict = Verdict.UNCHANGED if bound < unchanged_limit else Verdict.INCONCLUSIVE
+    return verdict, Basis(bound, unchanged_limit, level)
+
+
+def classify(interval: Interval, rule: Rule) -> Verdict:
+    """The verdict of ``judge``."""
+    return judge(interval, rule)[0]
+
+
+def rounds_to_decide(interval: Interval, rule: Rule, rounds: int) -> int | None:
+    """About how many rounds per arm would turn an inconclusive case whose estimate
+    lies above ``1 + rule.margin`` into a regression (the interval's low end above
+    ``1 + rule.margin``), were the estimate and the noise to stay as they are; None:
+    more than ``limits.MAX_ROUNDS_PER_CASE``.
+
+    The interval is the estimate +- t * se on the log scale; the standard error
+    shrinks as 1/sqrt(rounds) and the t quantile falls with the degrees of freedom
+    (Yuen's for equal arms, ``_equal_arms_df``), so the answer is the first count at
+    which t * se fits inside the distance from the estimate to the margin.
+    ``rounds``: the rounds per arm now (the smaller arm's)."""
+    distance = math.log(interval.ratio) - math.log(1.0 + rule.margin)
+    if not distance > 0.0:
+        raise ValueError("the estimate lies within the margin: no number of rounds decides it")
+    rounds = max(rounds, 2)
+    q = 0.5 + interval.confidence / 2.0
+    half = (math.log(interval.high) - math.log(interval.low)) / 2.0
+    se = half / float(sps.t.ppf(q, df=_equal_arms_df(rounds)))
+    for n in range(rounds + 1, limits.MAX_ROUNDS_PER_CASE + 1):
+        if float(sps.t.ppf(q, df=_equal_arms_df(n))) * se * math.sqrt(rounds / n) < distance:
+            return n
+    return None
+
+
+def _equal_arms_df(rounds: int) -> float:
+    """Yuen's degrees of freedom for two arms of ``rounds`` rounds and equal spread."""
+    h = rounds - 2 * int(TRIM * rounds)
+    return float(max(2 * (h - 1), 1))
 
 
 def decide(

@@ -8,6 +8,7 @@ internals). Every string in a table is plain text, never rich markup.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
@@ -21,17 +22,33 @@ from guard.runner import Progress
 def print_table(header: list[str], rows: list[list[str]], title: str = "") -> None:
     """A terminal table. Every string is plain text (``rich.text.Text``), never rich
     markup: case names such as ``test_attn[fp16]`` and kernel messages holding ``[/]``
-    are data, shown as they are."""
+    are data, shown as they are.
+
+    In a terminal, long cells fold to fit the window; piped or redirected (a CI log,
+    ``| grep``), a cell is never broken: a case id split over two lines cannot be
+    searched for or copied, so the table is as wide as its widest row needs."""
+    from rich.cells import cell_len
     from rich.console import Console
+    from rich.measure import Measurement
     from rich.table import Table
     from rich.text import Text
 
+    terminal = sys.stdout.isatty()
     table = Table(title=Text(title) if title else None, show_lines=False)
     for h in header:
-        table.add_column(Text(h), overflow="fold")
+        table.add_column(Text(h), overflow="fold", no_wrap=not terminal)
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
-    Console(width=max(120, Console().width)).print(table)
+    if terminal:
+        width = max(120, Console().width)
+    else:
+        probe = Console(file=io.StringIO(), width=UNBOUNDED_WIDTH)
+        width = max(Measurement.get(probe, probe.options, table).maximum, cell_len(title))
+    Console(width=width).print(table)
+
+
+# Wide enough for any table the guard prints (a cell's text is bounded by its source).
+UNBOUNDED_WIDTH = 1_000_000
 
 
 def emit_json(data: Any) -> None:

@@ -20,7 +20,7 @@ from guard.results import (
     Environment,
     RunResult,
 )
-from guard.stats import Interval, Threshold, Verdict
+from guard.stats import Interval, Rule, Threshold, Verdict
 from guard.suite import Case, Shape
 
 
@@ -187,6 +187,7 @@ def _cc(
         candidate_median=cand,
         host_ratio=None if ratio is None else ratio[0] * 0.99,
         reason=reason,
+        rule=None if ratio is None else Rule(c.threshold.min_effect),  # a paired run's
     )
 
 

@@ -7,8 +7,11 @@ import dataclasses
 import pytest
 from conftest import make_case, make_env, make_run, synthetic_rounds
 
+from guard import results
+from guard.cli import main
 from guard.compare import Status, compare_runs, replace_cases
 from guard.errors import BadInput, ExitCode
+from guard.outcome import CheckVerdict, Outcome
 from guard.results import BUILD_FAILED, CRASHED, WRONG
 from guard.stats import Verdict
 
@@ -155,3 +158,73 @@ def test_interval_too_wide_to_mean_anything_is_inconclusive_with_a_reason():
     [c] = compare_runs(base, cand, alpha=0.0005).cases
     assert c.verdict is Verdict.INCONCLUSIVE and c.interval is not None
     assert c.interval.high < float("inf") and "wider than a factor of 1000" in c.reason
+
+
+# Round medians (seconds) of three rounds that swing by 3x: a candidate about 2.6x slower
+# whose interval over three rounds still reaches below 1 (as from a busy machine).
+NOISY_BASE = (1e-4, 0.6e-4, 2e-4)
+NOISY_SLOW = (5e-4, 1.2e-4, 3.4e-4)
+
+
+def noisy_runs(n_rounds: int, base=NOISY_BASE, cand=NOISY_SLOW):
+    """Runs of one gated case with ``n_rounds`` rounds, cycling through the medians."""
+    case = make_case()
+
+    def rounds(meds):
+        return tuple((meds[i % len(meds)],) * 3 for i in range(n_rounds))
+
+    return make_run({case: rounds(base)}, label="r1"), make_run({case: rounds(cand)}, label="slow")
+
+
+def test_inconclusive_far_beyond_the_threshold_is_no_verdict_with_the_rounds_to_decide():
+    comparison = compare_runs(*noisy_runs(3))
+    [case] = comparison.cases
+    assert case.verdict is Verdict.INCONCLUSIVE and case.interval is not None
+    assert case.interval.low < 1.0 and case.ratio > 2.0  # far off, yet not significant
+    assert comparison.verdict is CheckVerdict.NO_VERDICT
+    assert comparison.exit_code is ExitCode.BAD_INPUT  # exit 2, as every NO VERDICT
+    assert comparison.outcome().exit_code is ExitCode.BAD_INPUT
+    assert comparison.headline.startswith("NO VERDICT: 1 gated case(s) inconclusive")
+    assert "about 9 rounds per arm would decide it (3 now)" in comparison.headline
+    assert "about 9 rounds per arm" in case.reason
+    # The estimate holds: the same rounds measured 9 times each decide the regression.
+    assert compare_runs(*noisy_runs(9)).verdict is CheckVerdict.REGRESSION
+
+
+def test_inconclusive_near_one_still_passes():
+    # As noisy, but no slowdown in the estimate: nothing suggests a regression.
+    comparison = compare_runs(*noisy_runs(3, cand=(1.1e-4, 0.5e-4, 2.1e-4)))
+    [case] = comparison.cases
+    assert case.verdict is Verdict.INCONCLUSIVE and not case.unresolved
+    assert comparison.exit_code is ExitCode.PASS
+    assert comparison.headline == "PASS: no significant regression (1 inconclusive)"
+
+
+def test_cli_compare_of_a_slow_noisy_pair_exits_two(tmp_path, capsys):
+    paths = []
+    for run in noisy_runs(3):
+        paths.append(tmp_path / f"{run.label}.json")
+        results.save(run, paths[-1])
+    assert main(["compare", *map(str, paths)]) == 2
+    out = capsys.readouterr().out
+    assert "NO VERDICT" in out and "PASS" not in out
+    assert "rounds per arm would decide it" in out
+
+
+def test_every_case_carries_the_number_its_verdict_rests_on(rng):
+    comparison = compare_runs(*suite_runs(rng, {SHAPES[3]: 1.10}))
+    by_verdict = {c.verdict: c.outcome() for c in comparison.cases if c.gate}
+    unchanged, regression = by_verdict[Verdict.UNCHANGED], by_verdict[Verdict.REGRESSION]
+    # Against a stored baseline the drift (3%) is added: unchanged below 1.05 ...
+    assert unchanged.bound is not None and unchanged.bound < unchanged.limit == pytest.approx(1.05)
+    assert unchanged.bound_level == pytest.approx(0.95)
+    assert unchanged.verdict_text == f"unchanged: ≤ {unchanged.bound:.3f}x (95% bound) < 1.05"
+    # ... and a regression's interval clears 1.03.
+    assert regression.bound == pytest.approx(regression.low) and regression.limit == 1.03
+    assert regression.verdict_text == f"regression: ≥ {regression.low:.3f}x > 1.03"
+    # The bound survives the outcome file.
+    again = Outcome.from_json(comparison.outcome().to_json())
+    assert {c.verdict_text for c in again.cases} >= {unchanged.verdict_text}
+    # A control (not gated) shows its ratio, never a verdict's basis.
+    control = next(c.outcome() for c in comparison.cases if not c.gate)
+    assert control.verdict_text == "control (not gated)" and control.bound is None

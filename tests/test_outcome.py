@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from guard import comment
 from guard.errors import ExitCode
 from guard.outcome import (
+    MAX_TEXT,
     CaseOutcome,
     CaseProfile,
     CaseVerdict,
@@ -49,6 +51,8 @@ def _outcome() -> Outcome:
                         1.12, 1.10, 1.14, reason="a|b", notes=("registers 168 -> 190",)),
             CaseOutcome("k/same", True, CaseVerdict.IDENTICAL),
             CaseOutcome("sdpa/x", False, CaseVerdict.CONTROL, ratio=1.03),
+            CaseOutcome("k/flat", True, CaseVerdict.UNCHANGED, False, 1.001, 0.964, 1.038,
+                        bound=1.012, limit=1.02, bound_level=0.95),
         ),
         policy_changes=("ungates triton_flash",),
         baseline_changes=("baselines/x.json",),
@@ -143,3 +147,76 @@ def test_html_report_shows_profiles_and_resource_changes_escaped():
     prof = CaseProfile("k/<b>", (("duration", "1 µs", "2 µs", "2.00x"),))
     page = report.html_report(cand, comparison, profiles=[prof])
     assert "Nsight Compute: k/&lt;b&gt;" in page and "registers 1 -&gt; &lt;2&gt;" in page
+
+
+@pytest.mark.parametrize(
+    ("case", "text"),
+    [
+        (CaseOutcome("a", True, CaseVerdict.UNCHANGED, bound=1.0121, limit=1.02, bound_level=0.95),
+         "unchanged: ≤ 1.012x (95% bound) < 1.02"),
+        (CaseOutcome("a", True, CaseVerdict.REGRESSION, True, bound=1.0314, limit=1.005),
+         "regression: ≥ 1.031x > 1.005"),
+        (CaseOutcome("a", True, CaseVerdict.IMPROVEMENT, bound=0.909, limit=0.995),
+         "improvement: ≤ 0.909x < 0.995"),
+        (CaseOutcome("a", True, CaseVerdict.INCONCLUSIVE, bound=1.083, limit=1.02,
+                     bound_level=0.95),
+         "inconclusive: ≤ 1.083x (95% bound) ≥ 1.02"),
+        (CaseOutcome("a", True, CaseVerdict.INCONCLUSIVE, limit=1.05),
+         "inconclusive: interval too wide to compare with 1.05"),
+        (CaseOutcome("a", True, CaseVerdict.UNCHANGED), "unchanged"),  # an older file
+        (CaseOutcome("a", True, CaseVerdict.IDENTICAL), "unchanged (identical kernel)"),
+        (CaseOutcome("a", False, CaseVerdict.CONTROL, ratio=1.2), "control (not gated)"),
+    ],
+)  # fmt: skip
+def test_verdict_text_shows_the_number_it_rests_on(case, text):
+    assert case.verdict_text == text
+
+
+def test_comment_shows_the_number_each_verdict_rests_on():
+    outcome = _outcome()
+    flat = replace(outcome.cases[3], verdict=CaseVerdict.INCONCLUSIVE, bound=1.083)
+    body = comment.markdown([replace(outcome, cases=(*outcome.cases, flat))])
+    assert "inconclusive: ≤ 1.083x (95% bound) ≥ 1.02" in body
+
+
+def test_an_outcome_file_without_bounds_is_still_read():
+    # Written before cases carried the number their verdict rests on: same version.
+    data = _outcome().to_json()
+    for case in data["cases"]:
+        for key in ("bound", "limit", "bound_level"):
+            del case[key]
+    again = Outcome.from_json(data)
+    assert [c.verdict_text for c in again.cases][3] == "unchanged"
+
+
+def test_what_the_check_writes_the_comment_reads(tmp_path):
+    """A kernel's 10,000-character exception message once made meta.json unreadable."""
+    long = "RuntimeError: " + "x" * (10_000 - 14)
+    crashed = CaseOutcome("k/crash", True, CaseVerdict.ERROR, reason=long, notes=(long,))
+    outcome = replace(
+        _outcome(),
+        verdict=CheckVerdict.INFRASTRUCTURE,
+        headline="NO VERDICT: " + long,
+        cases=(*_outcome().cases, crashed),
+        notes=tuple(f"note {i}" for i in range(500)),
+    )
+    meta = tmp_path / "meta.json"
+    meta.write_text(json.dumps(outcome.to_json()))
+    again = comment.read(meta)
+    [read_back] = [c for c in again.cases if c.case_id == "k/crash"]
+    for text, length in ((read_back.reason, 10_000), (read_back.notes[0], 10_000),
+                         (again.headline, 10_012)):  # fmt: skip
+        assert len(text) <= MAX_TEXT and text.endswith(f"[cut: {length} characters in all]")
+    assert read_back.reason.startswith("RuntimeError: xxx")
+    assert len(again.notes) == 200 and again.notes[-1] == "... and 301 more left out"
+    assert comment.main(["--meta", str(meta), "--out", str(tmp_path / "c.md")]) == 0
+    assert "RuntimeError" in (tmp_path / "c.md").read_text()
+
+
+def test_an_outcome_with_more_cases_than_a_file_holds_keeps_the_moved_ones():
+    flat = [CaseOutcome(f"k/{i:03}", True, CaseVerdict.UNCHANGED) for i in range(300)]
+    bad = CaseOutcome("k/zzz", True, CaseVerdict.REGRESSION, True, 1.5)
+    outcome = Outcome(CheckVerdict.REGRESSION, "FAIL", cases=(*flat, bad))
+    again = Outcome.from_json(json.loads(json.dumps(outcome.to_json())))
+    assert len(again.cases) == 200 and again.cases[-1] == bad
+    assert again.notes[0] == "101 case(s) left out of this file"

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import report_data as data
 
-from guard import cli, history, render, report, results, svg, text
+from guard import cli, history, render, report, results, svg, terminal, text
 from guard.compare import compare_runs
 from guard.results import CaseResult
 from guard.suite import flops
@@ -168,7 +168,11 @@ def test_annotations_are_one_command_each() -> None:
         assert props.endswith("%0A%3A%3Aerror%3A%3Apwned" + props[-1])  # title, escaped
     assert lines[0].startswith("::error title=Wrong results%3A cuda_flash/x<img")
     assert lines[1].startswith("::error title=Performance regression%3A triton_flash/x<img")
-    assert re.search(r": 1\.\d{3}x \[1\.\d{3}, 1\.\d{3}\] of the baseline's time$", lines[1])
+    assert re.search(
+        r": 1\.\d{3}x \[1\.\d{3}, 1\.\d{3}\] of the baseline's time "
+        r"\(regression: ≥ 1\.\d{3}x > 1\.005\)$",
+        lines[1],
+    )
     assert lines[2].startswith("::warning title=Kernel failed to run%3A cuda_flash/x<img")
 
 
@@ -495,3 +499,36 @@ def test_ratio_plot_survives_wide_bands(band):
     from guard import svg
 
     assert "<svg" in svg.ratio_svg(1.0, 0.9, 1.1, band)
+
+
+# ------------------------------------------------------------------ terminal
+
+
+def test_piped_table_never_splits_a_case_id(capsys) -> None:
+    """Piped (a CI log, ``| grep``), a long case id once came out split over two
+    lines ("...-d64-fu" / "ll"); the table is as wide as its rows need instead."""
+    case_id = "triton_flash/b1-h8-s128-d64-full" + "-with-a-long-variant-name" * 4
+    verdict = "unchanged: ≤ 1.012x (95% bound) < 1.02"
+    row = [case_id, "21.0 µs", "21.0 µs", "1.001x", "[0.964, 1.038]", "2%", verdict]
+    terminal.print_table(render.COMPARISON_HEADER, [row], title="base -> head")
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if case_id in line]
+    assert len(lines) == 1 and verdict in lines[0]  # one row, one line, whole cells
+    assert len(out.splitlines()) == 6  # title, top rule, header, rule, row, bottom rule
+
+
+def test_every_renderer_shows_the_number_a_verdict_rests_on() -> None:
+    """The terminal table, the Markdown and the HTML show one text per verdict, with
+    the interval's end or the one-sided bound it was compared with."""
+    base, cand = data.pair()
+    comparison = compare_runs(base, cand)
+    texts = {c.case_id: c.outcome().verdict_text for c in comparison.cases}
+    unchanged = [t for t in texts.values() if t.startswith("unchanged: ≤ ")]
+    assert unchanged and all("(95% bound) < 1.05" in t for t in unchanged)
+    assert any(t.startswith("regression: ≥ ") and t.endswith("> 1.03") for t in texts.values())
+    rows = render.comparison_rows(comparison)
+    assert [row[-1] for row in rows] == list(texts.values())
+    md = render.comparison_markdown(comparison)
+    html = report.html_report(cand, comparison)
+    for t in unchanged:
+        assert text.md_text(t) in md and t.replace("<", "&lt;") in html

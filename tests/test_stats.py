@@ -185,3 +185,44 @@ def test_summary_matches_numpy():
     assert s["median"] == pytest.approx(2.5)
     assert s["min"] == 1.0 and s["max"] == 10.0 and s["rounds"] == 4
     assert s["iqr_outliers"] == 1  # 10 lies past q3 + 1.5 iqr
+
+
+@pytest.mark.parametrize(
+    ("interval", "verdict", "basis"),
+    [
+        # The one-sided 95% bound decides "unchanged", though the interval reaches +2.5%.
+        (
+            Interval(1.0, 0.99, 1.025, 0.998, bound=1.015, bound_confidence=0.95),
+            Verdict.UNCHANGED,
+            stats.Basis(1.015, 1.02, 0.95),
+        ),
+        (
+            Interval(1.0, 0.99, 1.025, 0.998, bound=1.021, bound_confidence=0.95),
+            Verdict.INCONCLUSIVE,
+            stats.Basis(1.021, 1.02, 0.95),
+        ),
+        (Interval(1.04, 1.031, 1.05, 0.998), Verdict.REGRESSION, stats.Basis(1.031, 1.005)),
+        (Interval(0.95, 0.94, 0.96, 0.998), Verdict.IMPROVEMENT, stats.Basis(0.96, 0.995)),
+        (Interval(5.0, 4.0, 6.0, 0.99, capped=True), Verdict.INCONCLUSIVE, stats.Basis(None, 1.02)),
+    ],
+)
+def test_judge_names_the_number_each_verdict_rests_on(interval, verdict, basis):
+    got_verdict, got_basis = stats.judge(interval, RULE)
+    assert got_verdict is verdict is stats.classify(interval, RULE)
+    assert got_basis.value == pytest.approx(basis.value)
+    assert got_basis.limit == pytest.approx(basis.limit)
+    assert got_basis.level == basis.level
+
+
+def test_rounds_to_decide_shrinks_with_the_interval_and_needs_a_slowdown():
+    wide = Interval(3.2, 0.446, 22.774, 0.98)
+    narrow = Interval(3.2, 1.0, 10.24, 0.98)
+    n_wide = stats.rounds_to_decide(wide, RULE, 3)
+    n_narrow = stats.rounds_to_decide(narrow, RULE, 3)
+    assert n_wide is not None and n_narrow is not None
+    assert 3 < n_narrow < n_wide < 50
+    # A ratio within the margin is never decided a regression, however many rounds.
+    with pytest.raises(ValueError, match="within the margin"):
+        stats.rounds_to_decide(Interval(1.004, 0.5, 2.0, 0.98), RULE, 3)
+    # Barely past the margin under huge noise: beyond the rounds a case may have.
+    assert stats.rounds_to_decide(Interval(1.006, 0.01, 100.0, 0.98), RULE, 3) is None
