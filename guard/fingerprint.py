@@ -17,9 +17,10 @@ call runs. It covers, in this order of preference:
 All of it is taken by the guard's own code (the judge's, in a PR check), not asked of
 the kernel's registry entry, which the PR controls. Without a GPU (no profiler, no
 launches) the fingerprint falls back to a hash of the whole ``kernels/`` tree, so any
-change there counts as a change. What it does not cover: host-side code in the Python
-launcher (argument checks, allocation), which changes the host-inclusive time but not
-the device time the guard gates on; the machine (driver, clocks), which is the same for
+change there counts as a change (a link by its target's text: it is never followed).
+What it does not cover: host-side code in the Python launcher (argument checks,
+allocation), which changes the host-inclusive time but not the device time the guard
+gates on; the machine (driver, clocks), which is the same for
 both arms of a paired run; and a kernel module that deliberately patches the guard's
 code in the worker it runs in (that is code execution, kept out by the fork gate). The
 PTX is the input of ``ptxas``, whose version is the same for both arms in one process
@@ -41,6 +42,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+from guard import files
 
 T = TypeVar("T")
 
@@ -207,18 +210,32 @@ def loaded_extensions() -> dict[str, str]:
 def _file_digest(path: str, mtime_ns: int) -> str:
     # Per (path, mtime): a worker fingerprints every case, its extensions stay loaded.
     del mtime_ns  # part of the cache key only
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    return files.digest(path)  # in chunks: memory stays bounded whatever the size
 
 
 def tree_hash(kernels_dir: str | Path) -> str:
-    """Hash of every file under ``kernels_dir`` (caches excluded): the fallback."""
-    digest = hashlib.sha256()
+    """Hash of the tree under ``kernels_dir`` (caches excluded): the fallback. Regular
+    files count by their content, read in chunks; links by their target's text, never
+    followed (one could lead out of the tree, to a huge file or a device), so that
+    changing a link is a change. Other entries (a FIFO, a socket) are left out."""
     root = Path(kernels_dir)
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        if "__pycache__" in path.parts:
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        # A link to a directory is listed among dirnames, and os.walk does not enter it.
+        links = [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+        for name in (*filenames, *links):
+            path = Path(dirpath) / name
+            entries.append((path.relative_to(root).as_posix(), path))
+    digest = hashlib.sha256()
+    for rel, path in sorted(entries):
+        if path.is_symlink():
+            kind, value = "link", os.readlink(path)
+        elif path.is_file():
+            kind, value = "file", files.digest(path)
+        else:
             continue
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
+        digest.update(os.fsencode(f"{kind}\0{rel}\0{value}\0"))
     return digest.hexdigest()[:32]
 
 

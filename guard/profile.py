@@ -61,6 +61,7 @@ from guard.text import md_code, md_table, md_text
 MAX_KERNELS = 10  # profiled launches per call at most (--launch-count): ~14 replay passes each
 OUTPUT_LIMIT = 8 << 20  # bytes of ncu's stdout read back (the CSV comes last)
 STDERR_LIMIT = 64 << 10  # bytes of the child's stderr kept for the error line
+MAX_NAME_CHARS = 4096  # a kernel's name is cut here (demangled templates can run long)
 TOP_STALLS = 3
 COUNTERS_HINT = (
     "the GPU's performance counters are not readable by this user (ERR_NVGPUCTRPERM): "
@@ -186,12 +187,15 @@ def parse_raw_csv(text: str) -> list[RawKernel]:
     ``"ID","Process ID"``), a units row, and one row per profiled kernel. The last
     header in the text starts the table. Cells are unit-scaled to base units for time
     (ns), thousands separators are dropped, and "n/a" or text cells are left out.
+    Names are cut at ``MAX_NAME_CHARS``; no text makes it raise.
     """
     lines = text.splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith('"ID",')]
     if not starts:
         return []
-    rows = list(csv.reader(lines[starts[-1] :]))
+    rows = _csv_rows(lines[starts[-1] :])
+    if not rows:
+        return []
     header = rows[0]
     try:
         name_col = header.index("Kernel Name")
@@ -210,8 +214,27 @@ def parse_raw_csv(text: str) -> list[RawKernel]:
             number = parse_number(cell)
             if number is not None:
                 values[metric] = number * scale[col]
-        out.append(RawKernel(row[name_col], values))
+        out.append(RawKernel(row[name_col][:MAX_NAME_CHARS], values))
     return out
+
+
+def _csv_rows(lines: Sequence[str]) -> list[list[str]]:
+    """The rows of CSV lines, a row csv refuses left out. A kernel's name can be longer
+    than csv's field limit (128 KB): the limit is raised to the most ncu's output read
+    back can hold while parsing (and put back after), so that such a row is kept."""
+    old = csv.field_size_limit()
+    csv.field_size_limit(max(old, OUTPUT_LIMIT))
+    try:
+        rows, reader = [], csv.reader(lines)
+        while True:
+            try:
+                rows.append(next(reader))
+            except StopIteration:
+                return rows
+            except csv.Error:
+                continue  # the reader goes on with the next line
+    finally:
+        csv.field_size_limit(old)
 
 
 def short_kernel_name(name: str, limit: int = 80) -> str:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from guard import files, limits
 from guard.errors import BadInput, ExitCode, GuardError, InfraError
 from guard.proc import child_env, local_kernels_root, run_group
 
@@ -444,7 +445,7 @@ def collect_in_tree(
         if rc != 0 or not out.is_file():
             raise InfraError(f"the resources process for {tree} failed (rc {rc}):\n{output}")
         try:
-            data = json.loads(out.read_text(encoding="utf-8"))
+            data = json.loads(files.read_text(out, limits.MAX_FILE_BYTES))
         except (OSError, ValueError) as exc:
             raise InfraError(f"the resources process wrote unreadable JSON ({exc})") from None
     return ResourceReport.from_json(data, f"resources of {tree}")

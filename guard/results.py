@@ -12,8 +12,9 @@ Format changes (bump ``SCHEMA_VERSION`` and add ``migrate_to_N`` for each):
      files read as having neither.
 
 Readers migrate older files and refuse newer ones; every field is validated on
-load and a failure raises ``BadInput`` naming the file and the field.
-Writers write atomically (temporary file in the same folder, fsync, rename).
+load and a failure raises ``BadInput`` naming the file and the field; only a regular
+file is read, up to ``limits.MAX_FILE_BYTES`` (``guard.files``). Writers write
+atomically (temporary file in the same folder, fsync, rename; removed on any failure).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import enum
+import errno
 import json
 import math
 import os
@@ -32,13 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guard import limits, stats
-from guard.errors import BadInput, cut, shown
+from guard import files, limits, stats
+from guard.errors import BadInput, ExitCode, GuardError, cut, shown
 from guard.suite import Case
 
 SCHEMA_VERSION = 2
 PYTEST_BENCHMARK_VERSION = "5.2.3"  # the format we write
 PYTEST_BENCHMARK_MAJORS = (3, 4, 5)  # the formats we read: same layout of stats.data
+
 
 # Case status values. Only OK cases carry samples.
 class CaseStatus(str, enum.Enum):
@@ -279,22 +282,52 @@ def to_json(run: RunResult) -> dict[str, Any]:
     }
 
 
+class CannotWrite(GuardError, OSError):
+    """A file the guard was asked to write cannot be: the message names the path and
+    why (a directory, a path under a regular file, no permission). Exit 2, or 3 when
+    the disk failed or is full; an ``OSError`` too, for callers that catch those, whose
+    ``strerror`` is the why alone (for a caller that names the path itself)."""
+
+    def __init__(self, path: Path, why: str, exit_code: ExitCode | None = None) -> None:
+        super().__init__(f"{path}: cannot write: {why}", exit_code)
+        self.strerror = why  # errno stays None, so str() stays the message above
+
+
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new, never half."""
+    """Write ``text`` to ``path`` so that readers see the old file or the new, never half,
+    and no temporary file stays behind: not on an error, Ctrl-C or SIGTERM (which unwinds
+    while writing, on the main thread). ``CannotWrite`` when the path cannot be written."""
+    from guard.runner import sigterm_unwinds  # runner imports this module
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 -> what open() would have made
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with sigterm_unwinds():
+        try:
+            if path.is_dir():  # os.replace's error would name the temporary file
+                raise IsADirectoryError(errno.EISDIR, "it is a directory")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        except OSError as exc:
+            raise _cannot_write(path, exc) from None
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 -> what open() would have made
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException as exc:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise _cannot_write(path, exc) from None
+            raise
+
+
+def _cannot_write(path: Path, exc: OSError) -> CannotWrite:
+    blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
+    why = f"{blocker} is not a directory" if blocker else (exc.strerror or str(exc))
+    failed = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO)  # the machine, not the path
+    return CannotWrite(path, why, ExitCode.INFRA if failed else None)
 
 
 def _umask() -> int:
@@ -709,12 +742,11 @@ def load(path: str | Path, *, max_bytes: int = limits.MAX_FILE_BYTES) -> RunResu
     """Read a results or baseline file; BadInput names the file and field at fault."""
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise BadInput(f"{path}: file is {size} bytes, over the {max_bytes}-byte limit")
-        text = path.read_text(encoding="utf-8")
+        text = files.read_text(path, max_bytes)  # a regular file only: no FIFO, no /dev/zero
     except FileNotFoundError:
         raise BadInput(f"{path}: file not found") from None
+    except files.FileRefused as exc:
+        raise BadInput(f"{path}: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: cannot read ({exc})") from None
     return loads(text, str(path))

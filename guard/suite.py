@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from guard import limits, stats
+from guard import files, limits, stats
 from guard.errors import BadInput, shown
 from guard.stats import Threshold
 
@@ -526,14 +526,11 @@ def load_suite(path: str | Path, known_kernels: set[str] | None = None) -> Suite
         known_kernels = set(REGISTRY)
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > limits.MAX_SUITE_BYTES:
-            raise BadInput(
-                f"{path}: suite file is {size} bytes, over the {limits.MAX_SUITE_BYTES}-byte limit"
-            )
-        text = path.read_text(encoding="utf-8")
+        text = files.read_text(path, limits.MAX_SUITE_BYTES)  # regular files only, bounded
     except FileNotFoundError:
         raise BadInput(f"{path}: suite file not found") from None
+    except files.FileRefused as exc:  # a FIFO, a device, a directory, over the limit
+        raise BadInput(f"{path}: suite file: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: cannot read the suite file ({exc})") from None
     try:

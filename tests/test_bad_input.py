@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import resource
+import subprocess
+import sys
 
 import pytest
-from conftest import make_case, make_run
+from conftest import ROOT, make_case, make_run
 
-from guard import limits, results
+from guard import limits, resources, results
 from guard.cli import main
+from guard.errors import InfraError
 
 
 def _save(tmp_path, name, rounds):
@@ -116,3 +121,92 @@ def test_huge_names_from_a_file_are_cut_in_error_messages(tmp_path, capsys):
     assert main(["compare", str(b), str(a)]) == 2
     err = capsys.readouterr().err
     assert "cut at 200 characters" in err and len(err) < 1000
+
+
+# ------------------------------------------------- inputs that are not regular files
+
+
+def _bounded_child(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``argv`` in a child killed at a (generous) timeout, for opening a FIFO used to wait
+    for a writer for ever, and held to 3 GiB of address space, for reading /dev/zero
+    used to fill memory (the guard without torch needs under 1 GiB)."""
+
+    def hold() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    return subprocess.run(
+        argv, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=300, preexec_fn=hold,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    path = tmp_path / "fifo.json"
+    os.mkfifo(path)
+    return path
+
+
+_LOADS = """
+import sys
+from guard import results, suite
+from guard.errors import BadInput
+
+for path in sys.argv[1:]:
+    for load in (results.load, lambda p: suite.load_suite(p, known_kernels=set())):
+        try:
+            load(path)
+        except BadInput as exc:
+            print(exc)
+"""
+
+
+def test_results_and_suite_loads_refuse_what_is_not_a_regular_file(tmp_path, fifo):
+    """A FIFO hung the load, /dev/zero filled memory (stat says 0 bytes for both)."""
+    child = _bounded_child([sys.executable, "-c", _LOADS, str(fifo), "/dev/zero", str(tmp_path)])
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.splitlines() == [
+        f"{fifo}: not a regular file (a FIFO)",
+        f"{fifo}: suite file: not a regular file (a FIFO)",
+        "/dev/zero: not a regular file (a character device)",
+        "/dev/zero: suite file: not a regular file (a character device)",
+        f"{tmp_path}: not a regular file (a directory)",
+        f"{tmp_path}: suite file: not a regular file (a directory)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "args, bad",
+    [
+        (["compare", "{bad}", "{good}"], "fifo"),
+        (["report", "{good}", "--baseline", "{bad}"], "/dev/zero"),
+        (["list", "--suite", "{bad}"], "fifo"),
+    ],
+    ids=["compare-fifo", "report-baseline-dev-zero", "suite-fifo"],
+)
+def test_cli_given_a_fifo_or_a_device_exits_two_naming_it(tmp_path, fifo, args, bad):
+    good = _save(tmp_path, "good.json", ((1e-4,), (1e-4,)))
+    path = str(fifo) if bad == "fifo" else bad
+    argv = [a.format(bad=path, good=good) for a in args]
+    child = _bounded_child([sys.executable, "-m", "guard", *argv])
+    assert child.returncode == 2, child.stderr
+    kind = "a FIFO" if bad == "fifo" else "a character device"
+    assert child.stderr.splitlines() == [
+        f"guard: error: {path}: {'suite file: ' if 'list' in args else ''}"
+        f"not a regular file ({kind})"
+    ]
+
+
+def test_the_resources_childs_output_is_read_within_the_file_limit(tmp_path):
+    """The JSON the resources child writes is read only up to the results-file limit
+    (it was read whole). A stand-in child writes a sparse file one byte over it."""
+    child = tmp_path / "python"
+    child.write_text(
+        '#!/bin/sh\nwhile [ "$1" != --out ]; do shift; done\n'
+        f'truncate -s {limits.MAX_FILE_BYTES + 1} "$2"\n'
+    )
+    child.chmod(0o755)
+    suite = ROOT / "suites" / "default.yaml"
+    over = rf"unreadable JSON .*over the {limits.MAX_FILE_BYTES}-byte limit"
+    with pytest.raises(InfraError, match=over):
+        resources.collect_in_tree(ROOT, suite, ["sm_90"], python=str(child))

@@ -3,6 +3,7 @@ the compiled code or the launch changes (compiled for sm_90 without a GPU)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -130,6 +131,40 @@ def test_without_device_work_seen_the_fingerprint_is_the_tree_hash(tmp_path):
     assert fp.take(lambda: 7, tmp_path) == (7, f"source:{before}")  # no device work
     (tmp_path / "k.py").write_text("x = 2\n")
     assert fp.tree_hash(tmp_path) != before
+
+
+def test_the_tree_hash_counts_a_link_by_its_text_and_never_reads_through_it(tmp_path):
+    """A link in kernels/ to a 2 GiB file outside the tree (sparse: no disk used) was
+    read whole, in every worker. Now only the link's text counts: what it points at
+    can change without changing the hash, and retargeting the link changes it."""
+    tree, outside = tmp_path / "kernels", tmp_path / "outside"
+    (tree / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (tree / "k.py").write_text("x = 1\n")
+    blob = outside / "blob"
+    with blob.open("wb") as fh:
+        fh.truncate(2**31)
+    (tree / "blob").symlink_to(blob)
+    (tree / "sub" / "dir").symlink_to(outside, target_is_directory=True)
+    with_big = fp.tree_hash(tree)
+    blob.unlink()
+    blob.write_text("small, and other content\n")  # same link text, other target content
+    (outside / "more.py").write_text("y = 2\n")  # inside the linked folder: not walked
+    assert fp.tree_hash(tree) == with_big
+    (tree / "blob").unlink()
+    (tree / "blob").symlink_to(outside / "more.py")
+    assert fp.tree_hash(tree) != with_big  # a changed link is a change
+    (tree / "blob").unlink()
+    assert fp.tree_hash(tree) != with_big  # and so is a removed one
+    (tree / "k.py").write_text("x = 2\n")
+    assert fp.tree_hash(tree) != with_big
+
+
+def test_extension_digests_are_read_in_chunks(tmp_path):
+    ext = tmp_path / "ext.so"
+    ext.write_bytes(b"\x7fELF" + bytes(3 << 20))  # over one chunk
+    expected = hashlib.sha256(ext.read_bytes()).hexdigest()
+    assert fp._file_digest(str(ext), ext.stat().st_mtime_ns) == expected
 
 
 def test_an_extra_device_kernel_or_another_extension_binary_changes_the_fingerprint():

@@ -8,6 +8,7 @@ happy path end to end through ``profile_case``.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -348,6 +349,27 @@ def test_ncu_fails_first_error_line(tmp_path):
     assert pc.skipped_reason == (
         "ncu failed on base: no kernel was launched inside the NVTX range 'guard-profile'"
     )
+
+
+@posix_only
+def test_a_kernel_name_past_csvs_field_limit_is_cut_not_raised(tmp_path, monkeypatch):
+    """A 200 KB name (csv refuses fields over 128 KB by default) once raised _csv.Error
+    out of profile_case, which never raises: the guard's exit 3 for a regression."""
+    name = "void huge_kernel<" + "float, " * 30_000 + "4>(float*, int)"
+    assert len(name) > 200_000
+    text = BASE_CSV.read_text().replace('"_attn_fwd"', f'"{name}"')
+    limit = csv.field_size_limit()
+    rows = parse_raw_csv(text)
+    assert csv.field_size_limit() == limit  # put back
+    assert len(rows) == 1 and len(rows[0].name) == profile.MAX_NAME_CHARS
+    assert rows[0].values[DURATION] == 960512.0  # the row's metrics are still read
+    big = tmp_path / "big.csv"
+    big.write_text(text)
+    bin_dir = _fake_ncu(tmp_path, f"cat {shlex.quote(str(big))}\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    pc = profile_case(make_case(), *_trees(tmp_path))
+    assert not pc.skipped, pc.skipped_reason
+    assert pc.base is not None and pc.base.kernel_name == "huge_kernel"
 
 
 @posix_only
