@@ -14,9 +14,17 @@ when the worker ends, when its case times out, and when the guard leaves the rou
 any exception (``sigterm_unwinds`` turns SIGTERM into one; an ``atexit`` hook covers
 the rest). If the guard itself is SIGKILLed, the worker dies with it (``PR_SET_PDEATHSIG``)
 and the worker's watchdog process kills the group when the worker's stdin, held open by
-the guard for the round, reaches end of file. Limits: a process that leaves the group
-(``setsid``, ``setpgid``) escapes all of this, and a guard killed between starting a
-worker and the worker's first instructions leaves it to the stdin check alone.
+the guard for the round, reaches end of file. A process that leaves the group
+(``setsid``, ``setpgid``, a daemon's double fork) is reparented to the guard while a
+worker runs (``proc.subreaper``); after each worker the guard kills whatever is left
+(``proc.end_strays``) and fails the session (InfraError, exit 3) naming it: what a
+tree's code starts ends with its worker, or the check fails. Limits: a guard killed
+between starting a worker and the worker's first instructions leaves it to the stdin
+check alone, and a SIGKILLed guard leaves the escaped processes to PID 1.
+
+Each arm's worker imports ``kernels`` from that arm's tree only: an arm whose
+``kernels/__init__.py`` is missing or not a regular file is refused (BadInput), and the
+worker checks where the package came from (``proc.import_kernels_from``).
 """
 
 from __future__ import annotations
@@ -39,8 +47,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from guard import env as guard_env
-from guard.errors import InfraError
-from guard.proc import GUARD_ROOT, child_env, local_kernels_root
+from guard.errors import BadInput, InfraError
+from guard.proc import (
+    GUARD_ROOT,
+    Stray,
+    child_env,
+    end_strays,
+    forget_group,
+    kernels_init_problem,
+    local_kernels_root,
+    start_group,
+    strays_text,
+    subreaper,
+)
 from guard.protocol import CaseJob, Event, Mode, WorkerJob
 from guard.results import (
     CRASHED,
@@ -146,6 +165,10 @@ class Session:
         sanitize: bool = False,
         cpu_fallback_reason: str = "",
     ) -> None:
+        for arm in arms:
+            problem = kernels_init_problem(arm.kernels_root) if arm.kernels_root else ""
+            if problem:  # its worker would import another tree's kernels, or none
+                raise BadInput(f"the {arm.name}'s kernels/ cannot be imported: {problem}")
         self.suite = suite
         self.device = device
         self.arms = tuple(arms)
@@ -160,6 +183,7 @@ class Session:
         self.states = {a.name: {c.id: _CaseState(c) for c in suite.cases} for a in self.arms}
         self.round_infos: dict[str, list[RoundInfo]] = {a.name: [] for a in self.arms}
         self.rounds_done = 0
+        self._strays: list[Stray] = []  # left by the last worker (end_strays)
         self.environment = guard_env.collect(device, cpu_fallback_reason)
         # Each arm's machine record, with its own commit (git asked once, not per step).
         self.arm_environments = {a.name: self._arm_environment(a) for a in self.arms}
@@ -301,6 +325,12 @@ class Session:
                         done += 1
                         progressed = True
                         break
+            if self._strays:
+                strays, self._strays = self._strays, []
+                raise InfraError(
+                    f"the {arm.name}'s code left {strays_text(strays)} running outside "
+                    "its worker's process group: killed"
+                )
             if remaining and not progressed:
                 # The worker ended without a word about the rest (cannot start): fail them.
                 for c in remaining:
@@ -371,22 +401,29 @@ class Session:
 
         The worker's process group is killed when the worker ends (its kernels' children
         go with it) and when this generator is closed for any reason. Its stdin stays
-        open until then: end of file there tells its watchdog the guard is gone.
+        open until then: end of file there tells its watchdog the guard is gone. What
+        left the group is killed then too, and kept in ``self._strays``.
         """
         env = child_env()
         if self.sanitize:  # memcheck sees cudaMalloc bounds, not torch's sub-allocations
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+        command = [*self._sanitizer(), self.python, "-m", "guard.worker"]
+        with subreaper():  # from the start: a daemon's double fork may come at import
+            yield from self._worker_events(job, command, env)
+
+    def _worker_events(
+        self, job: WorkerJob, command: list[str], env: dict[str, str]
+    ) -> Generator[Event, None, None]:
         err_read, err_write = os.pipe()
         try:
-            proc = subprocess.Popen(
-                [*self._sanitizer(), self.python, "-m", "guard.worker"],
+            proc = start_group(
+                command,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=err_write,
                 cwd=str(GUARD_ROOT),
                 env=env,
                 text=True,
-                start_new_session=True,
             )
         except OSError as exc:
             os.close(err_read)
@@ -416,7 +453,10 @@ class Session:
             finished = False  # the worker said "done"
             while True:
                 try:
-                    line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+                    # Nothing follows "done": wait for the worker's exit, not for end of
+                    # file on a pipe that a process its kernels started may hold open.
+                    wait_s = max(0.0, deadline - time.monotonic())
+                    line = None if finished else lines.get(timeout=wait_s)
                 except queue.Empty:
                     _kill_group(proc)
                     yield {
@@ -455,6 +495,7 @@ class Session:
                 yield event
         finally:
             _stop(proc)
+            self._strays += end_strays(proc.pid)
 
 
 class LogTail:
@@ -547,6 +588,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
     if proc.stdin is not None:
         with contextlib.suppress(OSError):
             proc.stdin.close()
+    forget_group(proc.pid)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)
     _LIVE.pop(proc.pid, None)

@@ -17,6 +17,7 @@ from typing import Any
 
 from guard import stats
 from guard.runner import Progress
+from guard.text import one_line
 
 
 def print_table(header: list[str], rows: list[list[str]], title: str = "") -> None:
@@ -110,7 +111,7 @@ class ProgressPrinter:
             self._print(f"{label}: done ({time.monotonic() - self._t0:.0f} s elapsed)")
 
     def _print(self, line: str) -> None:
-        print(f"{self.prefix} {line}", file=sys.stderr, flush=True)
+        print(_log_line(f"{self.prefix} {line}"), file=sys.stderr, flush=True)
 
     def _live(self, ev: Progress, key: tuple[str, str, int], label: str) -> None:
         from rich.markup import escape
@@ -137,10 +138,18 @@ class ProgressPrinter:
             self._key = key
             self._task = self._bar.add_task(escape(label), total=ev.total)
         # Case names are user data: escaped, so that "[fp16]" or "[/]" is shown as
-        # written instead of being read as rich markup.
-        description = escape(f"{label} {ev.case}".strip())
+        # written instead of being read as rich markup, and kept on one line.
+        description = escape(one_line(f"{label} {ev.case}".strip()))
         self._bar.update(self._task, completed=ev.done, description=description)
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
+def _log_line(line: str) -> str:
+    """A progress line for a log: one line (a case name holding a newline must not start
+    a line of its own) that does not start with ``::`` (under GitHub Actions such a
+    line is a workflow command, e.g. ``::error::``)."""
+    line = one_line(line)
+    return f"> {line}" if line.lstrip().startswith("::") else line

@@ -15,9 +15,13 @@ Dying with the guard: the worker asks Linux for SIGKILL when its parent dies
 of file on stdin (the guard closed it, or died) and then SIGKILLs the whole group, the
 kernels' children included. The watchdog is a process rather than a thread because a
 thread dies with the SIGKILLed worker, and cannot run at all while a hung native call
-holds the GIL. Limits: a descendant that leaves the group (``setsid``) escapes it; if
-the fork fails, a SIGKILLed guard leaves the kernels' children behind; the death signal
-is Linux-only and follows the parent *thread* that started the worker.
+holds the GIL. Limits: a descendant that leaves the group (``setsid``) escapes it (the
+guard, their subreaper, finds and kills it after the worker: ``guard.proc.end_strays``);
+if the fork fails, a SIGKILLed guard leaves the kernels' children behind; the death
+signal is Linux-only and follows the parent *thread* that started the worker.
+
+The ``kernels`` package must come from the job's ``kernels_root`` (``guard.proc.
+import_kernels_from``); when it does not, the worker reports ``fatal`` and runs nothing.
 """
 
 from __future__ import annotations
@@ -96,10 +100,14 @@ def run_job(job: WorkerJob, proto: TextIO) -> int:
 
     for module in job.fault_modules:
         __import__(module)  # tests register fault-injection kernels this way
-    import kernels
     from guard import fingerprint
+    from guard.proc import import_kernels_from
 
-    kernels_dir = os.path.dirname(os.path.abspath(kernels.__file__))
+    # The arm's own kernels or none: a tree without kernels/__init__.py would otherwise
+    # hand over to another tree's regular package further on sys.path (GUARD_ROOT's).
+    kernels = import_kernels_from(job.kernels_root)
+
+    kernels_dir = os.path.dirname(os.path.abspath(str(kernels.__file__)))  # checked: a file
     device, mode, plan, tolerances = job.device, job.mode, job.plan, job.tolerances
     if device == "cpu":
         torch.set_num_threads(1)  # CPU fallback: steadier samples on shared 2-core machines
@@ -273,6 +281,8 @@ def _start_watchdog() -> None:
 
 
 def main() -> int:
+    from guard.errors import GuardError
+
     _die_with_parent(os.getppid())
     # Keep the protocol on a private copy of stdout; route fd 1 to stderr.
     proto = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -291,6 +301,9 @@ def main() -> int:
         from guard.protocol import WorkerJob
 
         return run_job(WorkerJob.from_json(data), proto)
+    except GuardError as exc:  # the job cannot run (its tree): the reason is the message
+        _emit(proto, event="fatal", output=str(exc))
+        return 1
     except Exception:
         _emit(proto, event="fatal", output=_tail(traceback.format_exc(), 30))
         return 1

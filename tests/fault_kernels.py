@@ -3,7 +3,9 @@
 Importing this module registers them. ``FAULT_SLOW_MS`` sets the planted delay of
 ``fault_slow`` so a test can make one commit slower than another. ``FAULT_PID_FILE``
 names a file where the ``fault_spawn*`` kernels append "worker-pid pgid child-pid", so
-a test can look for what outlived the guard.
+a test can look for what outlived the guard. ``FAULT_DAEMON_FILE``: importing this
+module in a worker starts a daemon (a double fork into a session of its own, as a
+kernels package could at import time) and appends "daemon-pid session-id" there.
 """
 
 from __future__ import annotations
@@ -189,6 +191,35 @@ for _name, _fn, _probe, _out in (
             accepts_out=_out,
         )
     )
+
+
+def _in_worker() -> bool:
+    """Whether this is a guard worker (``python -m guard.worker``), not the guard that
+    imports this module too (``--fault-module``)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", "") == "guard.worker"
+
+
+def _start_daemon(record: str) -> None:
+    """A daemon's double fork: a child in a session of its own forks the daemon and
+    exits at once, so the daemon has no parent left and is in neither the worker's
+    process group nor its session. The daemon (``sh``, waiting on a ``sleep 600`` it
+    started: two processes) keeps the worker's pipes open, as a careless one would."""
+    first = os.fork()
+    if first == 0:
+        try:
+            os.setsid()
+            if os.fork() == 0:
+                with open(record, "a", encoding="utf-8") as fh:
+                    fh.write(f"{os.getpid()} {os.getsid(0)}\n")
+                os.execvp("sh", ["sh", "-c", "sleep 600 & wait"])
+        finally:
+            os._exit(0)
+    os.waitpid(first, 0)
+
+
+if os.environ.get("FAULT_DAEMON_FILE") and _in_worker():
+    _start_daemon(os.environ["FAULT_DAEMON_FILE"])
 
 
 def _broken_loader():
