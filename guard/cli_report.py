@@ -76,7 +76,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         args.db,
         args.case_id,
         gpu_slug=args.gpu,
-        limit=args.limit,
+        limit=None if args.all else args.limit,
         alpha=args.alpha,
         min_effect=args.min_effect,
     )
@@ -85,10 +85,13 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.json:
         terminal.emit_json(history.trend_json(trend))
         return 0
+    shown = f"{len(trend.points)} runs"
+    if trend.truncated:
+        shown = f"the last {shown}; --all for older ones"
     terminal.print_table(
         render.HISTORY_HEADER,
         render.history_rows(trend),
-        title=f"{trend.case_id} on {trend.gpu_slug} ({len(trend.points)} runs)",
+        title=f"{trend.case_id} on {trend.gpu_slug} ({shown})",
     )
     others = [g for g in trend.gpu_slugs if g != trend.gpu_slug]
     if others:
@@ -148,7 +151,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--db", type=Path, default=history.DEFAULT_DB, help=f"default {history.DEFAULT_DB}"
     )
     h.add_argument("--gpu", metavar="SLUG", help="GPU slug (default: the last one measured)")
-    h.add_argument("--limit", type=terminal.positive_int, metavar="N", help="only the last N runs")
+    window = h.add_mutually_exclusive_group()
+    window.add_argument(
+        "--limit",
+        type=terminal.positive_int,
+        default=history.DEFAULT_LIMIT,
+        metavar="N",
+        help=f"only the last N runs, steps found among them (default {history.DEFAULT_LIMIT})",
+    )
+    window.add_argument("--all", action="store_true", help="every run (no --limit; may be slow)")
     h.add_argument("--alpha", type=float, default=0.01, help="false-step rate per scan")
     h.add_argument(
         "--min-effect",

@@ -6,10 +6,13 @@ suite hash. A run is identified by a hash of its whole content (``run_key``): th
 same run appended twice is stored once, two runs made in the same second of one
 commit (concurrent CI jobs) are two runs. ``trend(db, case_id)`` reads one case's
 series back in the order the runs were made, on one GPU (timings from two GPU models
-never share a series), and flags its step changes with ``detect_steps``. The number a
-point shows and the step detection reads is ``HistoryPoint.time``: ``stats.case_time``
-of its round medians, as every other report shows a run (the pooled median is kept as
-stored, for rows written without round medians).
+never share a series), and flags its step changes with ``detect_steps``. Every read
+is bounded: a trend is the last ``limit`` runs (default ``DEFAULT_LIMIT``; None for
+all), chosen in SQL through an index on (case, GPU, date), so that only the rows
+shown are fetched however long the history grows. The number a point shows and the
+step detection reads is ``HistoryPoint.time``: ``stats.case_time`` of its round
+medians, as every other report shows a run (the pooled median is kept as stored, for
+rows written without round medians).
 
 The store is one SQLite file (stdlib ``sqlite3``; default ``.guard/history.sqlite``)
 so that CI can cache or upload it like any artifact. Its format is versioned with
@@ -19,11 +22,18 @@ SQLite's ``user_version``, independently of the package version:
      UNIQUE (created, commit_sha, gpu_slug, suite_hash) key is gone (two runs of one
      commit in the same second were stored as one). Readers read format 1 as it is
      (they do not use ``run_key``); the next append migrates it.
-Writers migrate older files, readers and writers refuse newer ones; any other
-failure to read raises ``BadInput`` naming the file. A row that does not hold what
-the schema says (a text median, broken ``round_medians`` JSON, a NULL threshold, a
-median that is not a positive time: a file edited or written by something else) is
-left out of the trend and counted in ``Trend.skipped``, with its run and the reason.
+  3 (2026-11): ``case_medians`` carries its run's ``created`` and ``gpu_slug`` with
+     the index ``case_medians_by_time`` (case, GPU, date, run), so that the last N
+     runs of a case are an index range; the ``case_id``-only index is gone. Readers
+     read formats 1 and 2 through ``runs`` (a scan: still N rows fetched).
+A writer creates a new file (schema and format version) in one write transaction,
+so that writers starting together on a missing file never see it half made; an
+empty file is one being created. Writers migrate older files, readers and writers
+refuse newer ones; any other failure to read raises ``BadInput`` naming the file.
+A row that does not hold what the schema says (a text median, broken
+``round_medians`` JSON, a NULL threshold, a median that is not a positive time: a
+file edited or written by something else) is left out of the trend and counted in
+``Trend.skipped``, with its run and the reason.
 
 Step detection is ``guard.changepoint.detect_steps`` (pure code, no I/O); this
 module only feeds it a case's timed medians and maps its indexes back.
@@ -49,8 +59,9 @@ from guard.errors import BadInput
 from guard.results import OK, RunResult
 
 DEFAULT_DB = Path(".guard/history.sqlite")
-HISTORY_SCHEMA_VERSION = 2
+HISTORY_SCHEMA_VERSION = 3
 OLDEST_READABLE_VERSION = 1  # readers read 1..HISTORY_SCHEMA_VERSION without migrating
+DEFAULT_LIMIT = 1000  # runs per trend unless told otherwise (None: every run)
 
 _RUNS = """
 CREATE TABLE IF NOT EXISTS {name} (
@@ -75,9 +86,10 @@ _RUN_COLUMNS = (
     " suite_hash, torch, triton, driver"
 )
 
+# One statement each: they run in the caller's transaction (executescript would commit).
 _SCHEMA = (
-    _RUNS.format(name="runs")
-    + """
+    _RUNS.format(name="runs"),
+    """
 CREATE TABLE IF NOT EXISTS case_medians (
     run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
     case_id TEXT NOT NULL,
@@ -88,10 +100,12 @@ CREATE TABLE IF NOT EXISTS case_medians (
     host_median REAL,
     min_effect REAL NOT NULL,       -- the case's threshold when it ran
     kernel_hash TEXT NOT NULL,
+    created TEXT NOT NULL DEFAULT '',   -- runs.created and runs.gpu_slug of run_id: the
+    gpu_slug TEXT NOT NULL DEFAULT '',  -- index below orders a case's runs on one GPU
     PRIMARY KEY (run_id, case_id)
-);
-CREATE INDEX IF NOT EXISTS case_medians_by_case ON case_medians (case_id);
-"""
+)""",
+    "CREATE INDEX IF NOT EXISTS case_medians_by_time"
+    " ON case_medians (case_id, gpu_slug, created, run_id)",
 )
 
 
@@ -105,8 +119,23 @@ def migrate_to_2(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE runs_v2 RENAME TO runs")
 
 
+def migrate_to_3(conn: sqlite3.Connection) -> None:
+    """Copy each run's date and GPU into its case rows and index them (case, GPU, date,
+    run); the ``case_id`` index is a prefix of the new one. Columns added with defaults
+    (as the fresh schema has them), so the table is not rebuilt."""
+    for column in ("created", "gpu_slug"):
+        conn.execute(f"ALTER TABLE case_medians ADD COLUMN {column} TEXT NOT NULL DEFAULT ''")
+    conn.execute(
+        "UPDATE case_medians SET (created, gpu_slug) ="
+        " (SELECT created, gpu_slug FROM runs WHERE runs.id = case_medians.run_id)"
+        " WHERE run_id IN (SELECT id FROM runs)"
+    )
+    conn.execute("DROP INDEX IF EXISTS case_medians_by_case")
+    conn.execute(_SCHEMA[-1])
+
+
 # MIGRATIONS[n] turns a version n-1 store into version n (in place, in a transaction).
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: migrate_to_2}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: migrate_to_2, 3: migrate_to_3}
 
 
 @dataclass(frozen=True)
@@ -147,6 +176,7 @@ class Trend:
     steps: tuple[Step, ...]
     gpu_slugs: tuple[str, ...] = ()  # every GPU the case has history on
     skipped: tuple[str, ...] = ()  # rows left out as unreadable: "run N: why"
+    truncated: bool = False  # older runs exist before the first point (the limit cut them)
 
     def skipped_note(self, db: str | Path) -> str:
         """One line saying how many rows were left out and why ("" when none)."""
@@ -189,30 +219,59 @@ def _connect(path: str | Path, *, create: bool) -> Iterator[sqlite3.Connection]:
         conn.close()
 
 
-def _check_version(conn: sqlite3.Connection, path: Path, *, create: bool) -> None:
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+def _version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _has_tables(conn: sqlite3.Connection) -> bool:
+    row = conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' LIMIT 1").fetchone()
+    return row is not None
+
+
+def _refuse_newer(version: int, path: Path) -> None:
     if version > HISTORY_SCHEMA_VERSION:
         raise BadInput(
             f"{path}: history format {version} is newer than this guard understands "
             f"({HISTORY_SCHEMA_VERSION}); upgrade the guard"
         )
+
+
+def _check_version(conn: sqlite3.Connection, path: Path, *, create: bool) -> None:
+    version = _version(conn)
+    _refuse_newer(version, path)
     if version == HISTORY_SCHEMA_VERSION:
         return
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if version == 0 and not tables:
-        if not create:
-            raise BadInput(f"{path}: empty history database")
-        with conn:
-            conn.executescript(_SCHEMA)
-            conn.execute(f"PRAGMA user_version = {HISTORY_SCHEMA_VERSION}")
+    if create:
+        _initialise(conn, path)
+        if _version(conn) < HISTORY_SCHEMA_VERSION:
+            _migrate(conn)
         return
     if version == 0:
+        if not _has_tables(conn):
+            raise BadInput(f"{path}: empty history database (no run appended yet)")
         raise BadInput(f"{path}: not a guard history database (no format version)")
-    if not create:
-        if version >= OLDEST_READABLE_VERSION:
-            return
+    if version < OLDEST_READABLE_VERSION:
         raise BadInput(f"{path}: history format {version} is old; append a run to upgrade it")
-    _migrate(conn)
+
+
+def _initialise(conn: sqlite3.Connection, path: Path) -> None:
+    """Create the schema in an empty file, in one write transaction with its format
+    version: a writer that comes second waits for the lock and then finds the file
+    made, never half made. A file with tables but no version is someone else's."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = _version(conn)
+        _refuse_newer(version, path)
+        if version == 0:
+            if _has_tables(conn):
+                raise BadInput(f"{path}: not a guard history database (no format version)")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {HISTORY_SCHEMA_VERSION}")
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
 
 
 def _migrate(conn: sqlite3.Connection) -> None:
@@ -228,7 +287,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
         for target in sorted(MIGRATIONS):
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if int(conn.execute("PRAGMA user_version").fetchone()[0]) < target:
+                if _version(conn) < target:
                     MIGRATIONS[target](conn)
                     conn.execute(f"PRAGMA user_version = {target}")
                 conn.commit()
@@ -299,18 +358,40 @@ def append(run: RunResult, db: str | Path = DEFAULT_DB) -> int | None:
                     float(np.median(host)) if timed_ok and host.size else None,
                     c.case.threshold.min_effect,
                     c.kernel_hash,
+                    run.created,
+                    env.gpu_slug,
                 )
             )
-        conn.executemany("INSERT INTO case_medians VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        conn.executemany(
+            "INSERT INTO case_medians (run_id, case_id, kernel, status, median, round_medians,"
+            " host_median, min_effect, kernel_hash, created, gpu_slug)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
     return run_id
 
 
+# The last N rows of one case on one GPU, newest first (LIMIT -1: all of them). From
+# format 3 the WHERE and ORDER BY are a range of ``case_medians_by_time`` read
+# backwards, so only the rows returned are touched; CROSS JOIN keeps the planner on
+# that index (``m`` outer, each run by its primary key).
 _POINT_SQL = """
+SELECT r.id, r.created, r.commit_sha, r.commit_dirty, r.branch, r.gpu_slug, r.suite_hash,
+       m.status, m.median, m.round_medians, m.host_median, m.min_effect, m.kernel_hash
+FROM case_medians m CROSS JOIN runs r
+WHERE m.case_id = ? AND m.gpu_slug = ? AND r.id = m.run_id
+ORDER BY m.created DESC, m.run_id DESC
+LIMIT ?
+"""
+# Formats 1 and 2 (read as they are): the date and GPU are only in ``runs``. A scan
+# of the case's rows, but SQLite's sorter keeps only LIMIT of them.
+_POINT_SQL_V2 = """
 SELECT r.id, r.created, r.commit_sha, r.commit_dirty, r.branch, r.gpu_slug, r.suite_hash,
        m.status, m.median, m.round_medians, m.host_median, m.min_effect, m.kernel_hash
 FROM case_medians m JOIN runs r ON r.id = m.run_id
 WHERE m.case_id = ? AND r.gpu_slug = ?
-ORDER BY r.created, r.id
+ORDER BY r.created DESC, r.id DESC
+LIMIT ?
 """
 
 
@@ -367,14 +448,39 @@ def _point(row: tuple[Any, ...]) -> HistoryPoint:
     )
 
 
+def _distinct(conn: sqlite3.Connection, column: str, case_id: str | None = None) -> list[str]:
+    """The distinct values of a ``case_medians`` column (of one case if given), sorted:
+    each the least above the last, one index seek apiece where DISTINCT reads every row."""
+    sql = f"SELECT MIN({column}) FROM case_medians WHERE " + (
+        "case_id = ?" if case_id is not None else "1"
+    )
+    scope = [case_id] if case_id is not None else []
+    values: list[str] = []
+    value = conn.execute(sql, scope).fetchone()[0]
+    while value is not None:
+        values.append(str(value))
+        value = conn.execute(f"{sql} AND {column} > ?", [*scope, value]).fetchone()[0]
+    return values
+
+
 def _gpus_of(conn: sqlite3.Connection, case_id: str) -> list[str]:
     """GPU slugs holding this case, the most recently measured first."""
-    rows = conn.execute(
-        "SELECT r.gpu_slug FROM case_medians m JOIN runs r ON r.id = m.run_id "
-        "WHERE m.case_id = ? GROUP BY r.gpu_slug ORDER BY MAX(r.created) DESC, MAX(r.id) DESC",
-        (case_id,),
-    ).fetchall()
-    return [str(r[0]) for r in rows]
+    if _version(conn) < 3:
+        rows = conn.execute(
+            "SELECT r.gpu_slug FROM case_medians m JOIN runs r ON r.id = m.run_id WHERE"
+            " m.case_id = ? GROUP BY r.gpu_slug ORDER BY MAX(r.created) DESC, MAX(r.id) DESC",
+            (case_id,),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+    latest = []
+    for gpu in _distinct(conn, "gpu_slug", case_id):
+        created, run_id = conn.execute(
+            "SELECT created, run_id FROM case_medians WHERE case_id = ? AND gpu_slug = ?"
+            " ORDER BY created DESC, run_id DESC LIMIT 1",
+            (case_id, gpu),
+        ).fetchone()
+        latest.append((str(created), int(run_id), gpu))
+    return [gpu for *_, gpu in sorted(latest, reverse=True)]
 
 
 def _trend(
@@ -389,25 +495,29 @@ def _trend(
     if not gpus or (gpu_slug is not None and gpu_slug not in gpus):
         return None
     gpu = gpu_slug or gpus[0]
+    sql = _POINT_SQL if _version(conn) >= 3 else _POINT_SQL_V2
+    # One row more than shown says whether older runs exist (``Trend.truncated``).
+    rows = conn.execute(sql, (case_id, gpu, -1 if limit is None else limit + 1)).fetchall()
+    truncated = limit is not None and len(rows) > limit
     points: list[HistoryPoint] = []
     skipped: list[str] = []
-    for row in conn.execute(_POINT_SQL, (case_id, gpu)).fetchall():
+    for row in reversed(rows[:limit]):  # oldest first
         try:
             points.append(_point(row))
         except _BadRow as exc:
             skipped.append(f"run {row[0]!r:.20}: {exc}")
-    if limit is not None and limit > 0:
-        points = points[-limit:]
     timed = [(i, p, t) for i, p in enumerate(points) if (t := p.time) is not None]
     effect = min_effect if min_effect is not None else (timed[-1][1].min_effect if timed else 0.02)
     raw = detect_steps([t for _, _, t in timed], alpha=alpha, min_effect=effect)
     steps = tuple(
         Step(timed[s.index][0], s.before, s.after, s.p_value) for s in raw
     )  # index into ``points``, failed runs included
-    return Trend(case_id, gpu, tuple(points), steps, tuple(gpus), tuple(skipped))
+    return Trend(case_id, gpu, tuple(points), steps, tuple(gpus), tuple(skipped), truncated)
 
 
-def _check_params(alpha: float, min_effect: float | None) -> None:
+def _check_params(alpha: float, min_effect: float | None, limit: int | None) -> None:
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise BadInput(f"limit: must be a positive count of runs or None (all), got {limit!r}")
     if not 0.0 < alpha < 1.0:
         raise BadInput(f"alpha: must lie in (0, 1), got {alpha!r}")
     if min_effect is not None and not 0.0 <= min_effect < 1.0:
@@ -415,10 +525,9 @@ def _check_params(alpha: float, min_effect: float | None) -> None:
 
 
 def case_ids(db: str | Path = DEFAULT_DB) -> list[str]:
-    """Every case id with history, sorted."""
+    """Every case id with history, sorted (one index seek per case, not a scan)."""
     with _connect(db, create=False) as conn:
-        rows = conn.execute("SELECT DISTINCT case_id FROM case_medians ORDER BY case_id")
-        return [str(r[0]) for r in rows.fetchall()]
+        return _distinct(conn, "case_id")
 
 
 def trend(
@@ -426,15 +535,16 @@ def trend(
     case_id: str,
     *,
     gpu_slug: str | None = None,
-    limit: int | None = None,
+    limit: int | None = DEFAULT_LIMIT,
     alpha: float = 0.01,
     min_effect: float | None = None,
 ) -> Trend:
-    """One case's history on one GPU (default: the GPU it was last measured on).
+    """One case's last ``limit`` runs on one GPU (default: the GPU it was last measured
+    on; ``limit=None``: every run). Unreadable rows in that window are skipped.
 
     ``min_effect`` defaults to the case's threshold at its latest run.
     """
-    _check_params(alpha, min_effect)
+    _check_params(alpha, min_effect, limit)
     with _connect(db, create=False) as conn:
         found = _trend(conn, case_id, gpu_slug, limit, alpha, min_effect)
         if found is not None:
@@ -455,11 +565,11 @@ def trends(
     case_ids_: Sequence[str],
     *,
     gpu_slug: str | None = None,
-    limit: int | None = None,
+    limit: int | None = DEFAULT_LIMIT,
     alpha: float = 0.01,
 ) -> dict[str, Trend]:
     """Trends of several cases on one GPU; cases without history there are left out."""
-    _check_params(alpha, None)
+    _check_params(alpha, None, limit)
     out: dict[str, Trend] = {}
     with _connect(db, create=False) as conn:
         for case_id in case_ids_:
@@ -505,6 +615,7 @@ class TrendJson(TypedDict):
     gpu_slug: str
     gpu_slugs: list[str]
     skipped: list[str]
+    truncated: bool  # older runs exist than the first point (the limit cut them)
     points: list[PointJson]
     steps: list[StepJson]
 
@@ -515,6 +626,7 @@ def trend_json(t: Trend) -> TrendJson:
         "gpu_slug": t.gpu_slug,
         "gpu_slugs": list(t.gpu_slugs),
         "skipped": list(t.skipped),
+        "truncated": t.truncated,
         "points": [
             {
                 "run_id": p.run_id,

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import multiprocessing
 import sqlite3
+import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import report_data as data
 
-from guard import history, render
+from guard import cli, history, render
 from guard.errors import BadInput
 from guard.results import CRASHED, CaseResult
 
@@ -106,6 +110,45 @@ def test_format_1_is_read_as_is_and_migrated_by_an_append(tmp_path: Path) -> Non
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == history.HISTORY_SCHEMA_VERSION
         assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+        assert "case_medians_by_time" in indexes and "case_medians_by_case" not in indexes
+        old_row = "SELECT created, gpu_slug FROM case_medians WHERE run_id = 7"
+        assert conn.execute(old_row).fetchone() == (first.created, first.environment.gpu_slug)
+
+
+def test_format_2_is_read_within_the_limit_and_migrated_by_an_append(tmp_path: Path) -> None:
+    """A format-2 file (no date or GPU in case_medians) is read as it is, its window
+    chosen through ``runs``; the next append copies them in and builds the index."""
+    db = tmp_path / "v2.sqlite"
+    runs = data.history_runs(n=6)
+    with sqlite3.connect(db) as conn:
+        conn.executescript(V1_SCHEMA)
+        history.migrate_to_2(conn)
+        conn.execute("PRAGMA user_version = 2")
+        for i, r in enumerate(runs[:5], start=1):
+            env = r.environment
+            conn.execute(
+                "INSERT INTO runs VALUES (?, NULL, ?, ?, 0, 'main', 'cuda', 'H', ?, 's', ?,"
+                " 't', 't', 'd')",
+                (i, r.created, env.commit, env.gpu_slug, r.suite_hash),
+            )
+            conn.execute(
+                "INSERT INTO case_medians VALUES (?, ?, 'k', 'ok', ?, '[]', NULL, 0.02, 'k')",
+                (i, CASE, i * 1e-5),
+            )
+    t = history.trend(db, CASE, limit=3)
+    assert [p.run_id for p in t.points] == [3, 4, 5] and t.truncated
+    assert [p.median for p in t.points] == pytest.approx([3e-5, 4e-5, 5e-5])
+    new_id = history.append(runs[5], db)
+    t = history.trend(db, CASE, limit=3)
+    assert [p.run_id for p in t.points] == [4, 5, new_id] and t.truncated
+    assert len(history.trend(db, CASE, limit=None).points) == 6
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == history.HISTORY_SCHEMA_VERSION
+        plan = " ".join(
+            r[-1] for r in conn.execute(f"EXPLAIN QUERY PLAN {history._POINT_SQL}", (CASE, "g", 3))
+        )
+    assert "case_medians_by_time" in plan
 
 
 def _loosen(db: Path) -> None:
@@ -226,6 +269,13 @@ def test_bad_databases(tmp_path: Path) -> None:
         conn.execute(f"PRAGMA user_version = {history.HISTORY_SCHEMA_VERSION + 1}")
     with pytest.raises(BadInput, match="newer than this guard understands"):
         history.trend(newer, CASE)
+    with pytest.raises(BadInput, match="newer than this guard understands"):
+        history.append(data.history_runs(n=2)[1], newer)
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()  # as a writer leaves it before its first commit
+    with pytest.raises(BadInput, match="empty history database"):
+        history.trend(empty, CASE)
+    assert history.append(data.history_runs(n=1)[0], empty) == 1  # a writer makes it
     other = tmp_path / "other.sqlite"
     with sqlite3.connect(other) as conn:
         conn.execute("CREATE TABLE t (x)")
@@ -268,3 +318,152 @@ def test_a_point_shows_the_case_time_not_the_pooled_median() -> None:
     trend = history.Trend("k/c", "gpu", (point,), ())
     assert render.history_rows(trend)[0][3] == render.fmt_time(point.time)
     assert history.trend_json(trend)["points"][0]["time_s"] == point.time
+
+
+# ------------------------------------------------------ concurrency and size
+
+
+def _append_after(barrier: Any, run: Any, db: Path, out: Any) -> None:
+    """A writer process: wait for the others, then append; report the id or the error.
+    Each schema statement is slowed (as on a busy machine), so that the others come
+    while a creator is between its statements."""
+    real_connect = sqlite3.connect
+
+    def slow_schema(statement: str) -> None:
+        if statement.lstrip().upper().startswith("CREATE"):
+            time.sleep(0.02)
+
+    def connect(*args: Any, **kw: Any) -> sqlite3.Connection:
+        conn = real_connect(*args, **kw)
+        conn.set_trace_callback(slow_schema)
+        return conn
+
+    history.sqlite3.connect = connect  # this forked process only
+    barrier.wait(timeout=120)
+    try:
+        out.put(("ok", history.append(run, db)))
+    except Exception as exc:  # every failure is the finding: report it, never a traceback
+        out.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def test_writers_creating_one_database_at_once_lose_no_run(tmp_path: Path) -> None:
+    """CI jobs appending to a history file that does not exist yet: 12 processes start
+    together on a fresh file, 5 times. The file gets its schema and format version in
+    one transaction, so no writer finds it half made ("no format version") and every
+    run is stored."""
+    ctx = multiprocessing.get_context("fork")  # cheap: no re-import per process
+    runs = data.history_runs(n=12)
+    for trial in range(5):
+        db = tmp_path / f"t{trial}" / "h.sqlite"
+        barrier, out = ctx.Barrier(len(runs)), ctx.Queue()
+        procs = [ctx.Process(target=_append_after, args=(barrier, r, db, out)) for r in runs]
+        for proc in procs:
+            proc.start()
+        got = [out.get(timeout=120) for _ in procs]
+        for proc in procs:
+            proc.join(timeout=120)
+        assert [kind for kind, _ in got] == ["ok"] * len(runs), (trial, got)
+        assert sorted(run_id for _, run_id in got) == list(range(1, len(runs) + 1))
+        t = history.trend(db, CASE)
+        assert sorted(p.commit for p in t.points) == sorted(r.environment.commit for r in runs)
+
+
+def _long_history(db: Path, n: int, step_at: int) -> list[str]:
+    """``n`` runs of CASE after one real run, written straight with executemany (a few
+    seconds); 0.3% noise, 10% slower from run ``step_at`` on. Returns their dates."""
+    first = data.history_runs(n=1)[0]
+    history.append(first, db)  # the schema, at the current format
+    gpu = first.environment.gpu_slug
+    minutes = np.datetime64("2027-01-01T00:00") + np.arange(n) * np.timedelta64(1, "m")
+    created: list[str] = np.datetime_as_string(minutes, unit="s").tolist()
+    rng = np.random.default_rng(7)
+    times = 2e-5 * np.where(np.arange(n) >= step_at, 1.1, 1.0) * rng.normal(1.0, 0.003, n)
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA synchronous = OFF")
+        conn.executemany(
+            "INSERT INTO runs (id, run_key, created, commit_sha, commit_dirty, branch, device,"
+            " gpu_name, gpu_slug, suite_name, suite_hash, torch, triton, driver)"
+            " VALUES (?, ?, ?, ?, 0, 'main', 'cuda', 'H100', ?, 's', 'h', 't', 't', 'd')",
+            ((i + 2, f"bulk{i}", created[i], f"{i:040x}", gpu) for i in range(n)),
+        )
+        conn.executemany(
+            "INSERT INTO case_medians (run_id, case_id, kernel, status, median, round_medians,"
+            " host_median, min_effect, kernel_hash, created, gpu_slug)"
+            " VALUES (?, ?, 'triton_flash', 'ok', ?, ?, NULL, 0.02, 'k', ?, ?)",
+            ((i + 2, CASE, t, f"[{t!r}]", created[i], gpu) for i, t in enumerate(times.tolist())),
+        )
+    return created
+
+
+def test_a_long_history_is_read_through_the_index_and_shows_the_last_runs(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """100k runs of one case: `guard history` shows the last DEFAULT_LIMIT of them,
+    chosen in SQL along the (case, GPU, date) index. Bounded by count, not by time:
+    the plan searches the index with no sort, only the rows shown are turned into
+    points, and the whole read costs far fewer SQLite steps than the table has rows.
+    The step in that window is still found (the change-point scan runs on it)."""
+    db = tmp_path / "long.sqlite"
+    n, limit = 100_000, history.DEFAULT_LIMIT
+    created = _long_history(db, n, step_at=n - 300)
+
+    with sqlite3.connect(db) as conn:
+        plan = " | ".join(
+            r[-1] for r in conn.execute(f"EXPLAIN QUERY PLAN {history._POINT_SQL}", (CASE, "g", 5))
+        )
+    assert "SEARCH m USING INDEX case_medians_by_time (case_id=? AND gpu_slug=?)" in plan, plan
+    assert "TEMP B-TREE" not in plan and "SCAN" not in plan, plan
+
+    made: list[int] = []  # run ids turned into points
+    ticks: list[int] = []  # one per 100 SQLite VM instructions, over every query
+    real_point, real_connect = history._point, sqlite3.connect
+
+    def counted_point(row: tuple[Any, ...]) -> history.HistoryPoint:
+        made.append(row[0])
+        return real_point(row)
+
+    def tick() -> int:
+        ticks.append(1)
+        return 0  # go on
+
+    def counted_connect(*args: Any, **kw: Any) -> sqlite3.Connection:
+        conn = real_connect(*args, **kw)
+        conn.set_progress_handler(tick, 100)
+        return conn
+
+    monkeypatch.setattr(history, "_point", counted_point)
+    monkeypatch.setattr(history.sqlite3, "connect", counted_connect)
+    t = history.trend(db, CASE)
+    assert len(made) == limit  # only the rows shown, not the 99k before them
+    assert len(ticks) * 100 < n  # fewer VM instructions than rows: no scan anywhere
+    assert t.truncated and len(t.points) == limit
+    assert [p.created for p in t.points] == created[-limit:]  # the newest, oldest first
+    assert [s.index for s in t.steps] == [limit - 300]
+    assert t.steps[0].ratio == pytest.approx(1.1, rel=0.01)
+
+    made.clear()
+    assert cli.main(["history", CASE, "--db", str(db), "--json"]) == 0  # the CLI's default
+    shown = json.loads(capsys.readouterr().out)
+    assert len(shown["points"]) == len(made) == limit and shown["truncated"] is True
+    assert shown["steps"][0]["index"] == limit - 300
+
+
+def test_history_window_flags(tmp_path: Path, capsys) -> None:
+    """`--limit N` (default DEFAULT_LIMIT) shows the last N runs and says older ones
+    exist; `--all` shows every run; the two together are refused."""
+    db = tmp_path / "h.sqlite"
+    for r in data.history_runs(n=5):
+        history.append(r, db)
+    assert cli.build_parser().parse_args(["history", CASE]).limit == history.DEFAULT_LIMIT
+    base = ["history", CASE, "--db", str(db)]
+    assert cli.main([*base, "--limit", "2"]) == 0
+    assert "the last 2 runs; --all for older ones" in " ".join(capsys.readouterr().out.split())
+    assert cli.main([*base, "--all", "--json"]) == 0
+    every = json.loads(capsys.readouterr().out)
+    assert len(every["points"]) == 5 and every["truncated"] is False
+    assert cli.main([*base, "--limit", "5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["truncated"] is False  # nothing older
+    assert cli.main([*base, "--all", "--limit", "2"]) == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(BadInput, match="limit: must be a positive count"):
+        history.trend(db, CASE, limit=0)
