@@ -7,23 +7,42 @@ malformed field is refused with exit 2 and the field named) and writes one comme
 the verdict per GPU first, the cases that moved, what the PR changes in the policy and
 the baselines (taking effect after merge), and a link to the run. The comment workflow
 runs this from the default branch with no dependencies installed: standard library
-only, and every string from an outcome file is escaped as data.
+only, and every string from an outcome file is escaped as data (no markup, no
+``@`` mention, only http(s) links).
+
+GitHub refuses a comment body over 65,536 characters; a valid outcome file at the
+reader's limits holds far more. The comment is kept within ``MAX_COMMENT_BYTES`` by
+showing less, in this order: long texts clipped, then fewer list entries (resource
+notes, policy and baseline changes, notes) and profiles, then fewer table rows (the
+failing cases stay longest), each cut saying how much more the run shows. Nothing is
+cut inside a Markdown construct: whole rows and entries go, and texts are clipped
+before they are escaped.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from guard.outcome import CheckVerdict, Outcome, OutcomeFileError
-from guard.text import md_code, md_table, md_text, md_url
+from guard.files import FileRefused, read_text
+from guard.outcome import MAX_TEXT, CheckVerdict, Outcome, OutcomeFileError
+from guard.text import clip, is_web_url, md_code, md_link, md_table, md_text, one_line
 
 MARKER = "<!-- perf-guard -->"
 MAX_FILE_BYTES = 1_000_000
-MAX_ROWS = 30  # moved cases shown per GPU
+MAX_FILES = 16  # --meta files (one per GPU; the comment workflow allows as many)
+# GitHub's limit is 65,536 characters; UTF-8 bytes bound every way of counting them
+# (code points, UTF-16 units), and the margin leaves room for the workflow's marker.
+MAX_COMMENT_BYTES = 60_000
+MAX_URL = 400  # a run's URL is ~70 characters; a longer one is shown as text, clipped
 
 _ICON = {
     CheckVerdict.PASS: "✅",
@@ -33,109 +52,201 @@ _ICON = {
     CheckVerdict.BAD_INPUT: "⚠️",
     CheckVerdict.INFRASTRUCTURE: "💥",
 }
+_T = TypeVar("_T")
 
 
-def _gpu_section(outcome: Outcome) -> list[str]:
-    gpu = outcome.gpu or "GPU"
-    icon = _ICON[outcome.verdict]
-    out = [
-        f"### {icon} {md_text(gpu)}: {md_text(outcome.verdict.words)} "
-        f"(exit {int(outcome.exit_code)})",
-        "",
-        md_text(outcome.headline),
-        "",
-    ]
-    commits = []
-    if outcome.tested_commit:
-        commits.append(f"tested {md_code(outcome.tested_commit[:12])}")
-    if outcome.judge_commit:
-        commits.append(f"judged by the base commit {md_code(outcome.judge_commit[:12])}")
-    if commits:
-        out += [" · ".join(commits), ""]
-    moved = outcome.moved
+@dataclass(frozen=True)
+class Detail:
+    """How much of each outcome the comment shows."""
+
+    rows: int  # moved cases in the table (failing ones come first)
+    items: int  # entries of each list: resource notes, policy/baseline changes, notes
+    profiles: int  # Nsight Compute tables
+    clip: int  # characters of any one string from the file
+    commits: bool  # the commits tested and judging
+
+
+# From everything to the verdicts alone; the first that fits is used.
+DETAILS = (
+    Detail(rows=30, items=40, profiles=8, clip=MAX_TEXT, commits=True),
+    Detail(rows=30, items=10, profiles=2, clip=500, commits=True),
+    Detail(rows=30, items=5, profiles=0, clip=200, commits=True),
+    Detail(rows=15, items=3, profiles=0, clip=120, commits=True),
+    Detail(rows=8, items=0, profiles=0, clip=100, commits=True),
+    Detail(rows=3, items=0, profiles=0, clip=80, commits=False),
+    Detail(rows=0, items=0, profiles=0, clip=60, commits=False),
+)
+
+
+def _listed(
+    summary: str, entries: Sequence[_T], line: Callable[[_T], str], most: int
+) -> Iterator[str]:
+    """A folded list of the first ``most`` entries (rendered by ``line``), or only
+    their count when none is shown."""
+    if not entries:
+        return
+    if most <= 0:
+        yield f"{summary}: {len(entries)} (see the run)"
+        yield ""
+        return
+    yield f"<details><summary>{summary}</summary>"
+    yield ""
+    yield from (line(e) for e in entries[:most])
+    if len(entries) > most:
+        yield f"- ... and {len(entries) - most} more (see the run)"
+    yield from ("", "</details>", "")
+
+
+def _gpu_section(outcome: Outcome, d: Detail) -> Iterator[str]:
+    def text(value: str) -> str:
+        return md_text(clip(value, d.clip))
+
+    def code(value: str) -> str:
+        return md_code(clip(value, d.clip))
+
+    gpu = text(outcome.gpu) if outcome.gpu.strip() else "unnamed GPU"
+    yield (
+        f"### {_ICON[outcome.verdict]} {gpu}: {md_text(outcome.verdict.words)} "
+        f"(exit {int(outcome.exit_code)})"
+    )
+    yield ""
+    yield text(outcome.headline)
+    yield ""
+    if d.commits:
+        commits = []
+        if outcome.tested_commit:
+            commits.append(f"tested {md_code(outcome.tested_commit[:12])}")
+        if outcome.judge_commit:
+            commits.append(f"judged by the base commit {md_code(outcome.judge_commit[:12])}")
+        if commits:
+            yield from (" · ".join(commits), "")
+    moved = outcome.moved  # failing cases first
     if moved:
-        rows = [
-            [c.case_id, c.verdict_text + (" (fails)" if c.fails else ""), c.ratio_text, c.reason]
-            for c in moved[:MAX_ROWS]
-        ]
-        out += [md_table(["case", "verdict", "ratio [CI]", "why"], rows), ""]
-        if len(moved) > MAX_ROWS:
-            out += [f"... and {len(moved) - MAX_ROWS} more (see the run)", ""]
+        shown = moved[: d.rows]
+        if shown:
+            rows = [
+                [
+                    clip(c.case_id, d.clip),
+                    c.verdict_text + (" (fails)" if c.fails else ""),
+                    c.ratio_text,
+                    clip(c.reason, d.clip),
+                ]
+                for c in shown
+            ]
+            yield from (md_table(["case", "verdict", "ratio [CI]", "why"], rows), "")
+        left = len(moved) - len(shown)
+        failing = sum(1 for c in moved[len(shown) :] if c.fails)
+        if left:
+            which = f", {failing} of them failing" if failing else ""
+            more = "... and " if shown else ""
+            yield f"{more}{left} more case(s) that moved{which} (see the run)"
+            yield ""
     changed = [(c.case_id, n) for c in outcome.cases for n in c.notes]
-    if changed:
-        out += [
-            "<details><summary>Compiler resources that changed (notes, not verdicts)</summary>",
-            "",
-            *[f"- {md_code(cid)}: {md_text(n)}" for cid, n in changed[:40]],
-            "",
-            "</details>",
-            "",
-        ]
+    yield from _listed(
+        "Compiler resources that changed (notes, not verdicts)",
+        changed,
+        lambda cn: f"- {code(cn[0])}: {text(cn[1])}",
+        d.items,
+    )
     identical = sum(1 for c in outcome.cases if c.verdict.value == "identical")
     if identical:
-        out += [f"{identical} case(s) unchanged: identical kernel in base and head, not timed.", ""]
-    if outcome.policy_changes:
-        out += [
-            "<details><summary>This PR changes the policy (takes effect after merge; "
-            "this check used the base commit's)</summary>",
-            "",
-            *[f"- {md_text(change)}" for change in outcome.policy_changes],
-            "",
-            "</details>",
-            "",
-        ]
-    if outcome.baseline_changes:
-        out += [
-            "<details><summary>This PR changes baseline files (take effect after merge)"
-            "</summary>",
-            "",
-            *[f"- {md_code(path)}" for path in outcome.baseline_changes],
-            "",
-            "</details>",
-            "",
-        ]
-    for prof in outcome.profiles:
-        out += [
-            f"<details><summary>Nsight Compute: {md_text(prof.case_id)}, base beside head"
-            "</summary>",
-            "",
-            md_table(["metric", "base", "head", "change"], [list(r) for r in prof.rows]),
-            "",
-            "</details>",
-            "",
-        ]
-    for note in outcome.notes:
-        out.append(f"> {md_text(note)}")
-    if outcome.notes:
-        out.append("")
-    return out
+        yield f"{identical} case(s) unchanged: identical kernel in base and head, not timed."
+        yield ""
+    yield from _listed(
+        "This PR changes the policy (takes effect after merge; this check used the base commit's)",
+        outcome.policy_changes,
+        lambda change: f"- {text(change)}",
+        d.items,
+    )
+    yield from _listed(
+        "This PR changes baseline files (take effect after merge)",
+        outcome.baseline_changes,
+        lambda path: f"- {code(path)}",
+        d.items,
+    )
+    for prof in outcome.profiles[: d.profiles]:
+        rows = [[clip(cell, d.clip) for cell in row] for row in prof.rows]
+        yield f"<details><summary>Nsight Compute: {text(prof.case_id)}, base beside head</summary>"
+        yield from ("", md_table(["metric", "base", "head", "change"], rows), "", "</details>", "")
+    if len(outcome.profiles) > d.profiles:
+        yield f"Nsight Compute: {len(outcome.profiles) - d.profiles} more profile(s) (see the run)"
+        yield ""
+    notes = outcome.notes
+    yield from (f"> {text(note)}" for note in notes[: d.items])
+    if len(notes) > d.items:
+        more = "... and " if d.items else ""
+        yield f"> {more}{len(notes) - d.items} more note(s) (see the run)"
+    if notes:
+        yield ""
 
 
-def markdown(outcomes: Sequence[Outcome]) -> str:
-    """The whole comment for one PR: one section per GPU, worst first."""
+def _run_link(url: str) -> str:
+    label = "The run, its reports and results"
+    if not is_web_url(url):  # shown as text (md_link), clipped
+        return md_link(label, clip(url, 120))
+    if len(url) > MAX_URL:
+        return f"{md_text(label)}: not linked (its URL is over {MAX_URL} characters)"
+    return md_link(label, url)
+
+
+def _size(line: str) -> int:
+    return len(line.encode("utf-8", "replace")) + 1  # and its newline
+
+
+def _render(outcomes: Sequence[Outcome], d: Detail, budget: int) -> str | None:
+    """The comment at detail ``d``, or None as soon as it outgrows ``budget`` bytes
+    (the sections are generated lazily, so a huge outcome is not rendered in full)."""
     order = sorted(outcomes, key=lambda o: (-int(o.exit_code == 1), o.gpu))
-    out = [MARKER, "## perf-guard", ""]
-    for outcome in order:
-        out += _gpu_section(outcome)
     urls = sorted({o.run_url for o in outcomes if o.run_url})
-    for url in urls:
-        out.append(f"[The run, its reports and results]({md_url(url)})")
-    return "\n".join(out).rstrip() + "\n"
+    footer = [_run_link(url) for url in urls]
+    out = [MARKER, "## perf-guard", ""]
+    used = sum(_size(line) for line in (*out, *footer))
+    for outcome in order:
+        for line in _gpu_section(outcome, d):
+            used += _size(line)
+            if used > budget:
+                return None
+            out.append(line)
+    return "\n".join([*out, *footer]).rstrip() + "\n"
+
+
+def markdown(outcomes: Sequence[Outcome], budget: int = MAX_COMMENT_BYTES) -> str:
+    """The whole comment for one PR: one section per GPU, worst first, as much of
+    each as fits in ``budget`` bytes (``DETAILS``, most first)."""
+    for d in DETAILS[:-1]:
+        body = _render(outcomes, d, budget)
+        if body is not None:
+            return body
+    # The verdicts alone: a few hundred bytes per GPU, within the budget for MAX_FILES.
+    return _render(outcomes, DETAILS[-1], sys.maxsize) or ""
 
 
 def read(path: Path) -> Outcome:
     """One outcome file; OutcomeFileError naming the file and the field at fault."""
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise OutcomeFileError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_text(path, MAX_FILE_BYTES)
+    except (OSError, UnicodeDecodeError) as exc:  # FileRefused: a FIFO, device, too big
         raise OutcomeFileError(f"{path}: cannot read it ({exc})") from None
     try:
-        data = json.loads(text)
+        return Outcome.from_json(json.loads(text), str(path))
+    except RecursionError:
+        raise OutcomeFileError(f"{path}: nested too deeply") from None
+    except OutcomeFileError:
+        raise
     except ValueError as exc:
         raise OutcomeFileError(f"{path}: not JSON ({exc})") from None
-    return Outcome.from_json(data, str(path))
+
+
+def write(path: Path, body: str) -> None:
+    """Write the comment to a regular file (created or truncated); FileRefused for a
+    FIFO or device, OSError as ``open`` raises it (a directory, a missing parent)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o666)  # 0o666 & ~umask, as open() gives
+    with os.fdopen(fd, "wb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise FileRefused("not a regular file")
+        # The text helpers replace lone surrogates; "replace" keeps writing total anyway.
+        fh.write(body.encode("utf-8", "replace"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -143,12 +254,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--meta", type=Path, action="append", required=True)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
+
+    def error(message: str, code: int = 2) -> int:
+        print(f"guard.comment: error: {one_line(message)}", file=sys.stderr)
+        return code
+
+    if len(args.meta) > MAX_FILES:
+        return error(f"--meta: {len(args.meta)} files, at most {MAX_FILES}")
     try:
         outcomes = [read(path) for path in args.meta]
     except OutcomeFileError as exc:
-        print(f"guard.comment: error: {exc}", file=sys.stderr)
-        return 2
-    args.out.write_text(markdown(outcomes), "utf-8")
+        return error(str(exc))
+    try:
+        write(args.out, markdown(outcomes))
+    except OSError as exc:
+        infra = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO)
+        return error(
+            f"--out {args.out}: cannot write it ({exc.strerror or exc})", 3 if infra else 2
+        )
     return 0
 
 

@@ -8,7 +8,8 @@ messages, GPU names, labels, notes) is data, never markup: Markdown goes through
 ``md_text`` (or ``md_code`` inside backticks), GitHub workflow commands through
 ``gh_command``. A case named ``<img src=x onerror=...>`` or ``a|b`` must not draw an
 image or split a table cell; one holding a newline must not start a second
-``::error`` command.
+``::error`` command; an ``@name`` must not mention (notify) anyone on GitHub; a lone
+surrogate (valid in a JSON string, not in UTF-8) must not stop the text being written.
 """
 
 from __future__ import annotations
@@ -38,7 +39,17 @@ _MD_SPECIAL = re.compile(
     """,
     re.VERBOSE,
 )
+# What a line starting with the text would open: a heading ("# x"), a list item ("- x",
+# "+ x", "1. x", "1) x"), a thematic break or setext underline ("---", "==="). Escaping
+# its first character keeps it text where md_text starts a line ("> note", "- item").
+# (A digit cannot be backslash-escaped: "1." is escaped at its dot.)
+_BLOCK_START = re.compile(r"^( {0,3}\d{1,9})([.)])(?=\s|$)|^( {0,3})(#|[-+](?=[-+\s]|$)|=)")
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+# GitHub notifies "@name" (and "@org/team") when it follows no word character; a zero
+# width space after every "@" shows the same text and mentions no one. Entities such
+# as "&#64;" are not enough: GitHub finds mentions in the rendered text, where
+# "&#64;" is "@" again (Dependabot and Renovate insert U+200B for this reason).
+_NO_MENTION = "@\u200b"
 
 
 def md_text(text: object) -> str:
@@ -46,18 +57,25 @@ def md_text(text: object) -> str:
 
     HTML's ``& < >`` become entities (no tag, no autolink), Markdown's punctuation is
     backslash-escaped where it could mean something (``\\ ` * ~ |``, a ``]`` that
-    would close a link, an ``_`` at a word's edge), line breaks become spaces. Plain
-    names such as ``triton_flash/b1-h8-s512-d64-full`` or ``test_attn[fp16]`` come out
-    unchanged.
+    would close a link, an ``_`` at a word's edge, a leading ``#``, ``-``, ``+``,
+    ``=`` or ``1.`` that would open a block), line breaks become spaces, ``@`` is
+    followed by a zero-width space (no mention). Plain names such as
+    ``triton_flash/b1-h8-s512-d64-full`` or ``test_attn[fp16]`` come out unchanged.
     """
     escaped = _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), one_line(text))
-    return re.sub(r"[&<>]", lambda m: _HTML[m.group(0)], escaped)
+    escaped = _BLOCK_START.sub(
+        lambda m: f"{m.group(1) or m.group(3)}\\{m.group(2) or m.group(4)}", escaped
+    )
+    escaped = re.sub(r"[&<>]", lambda m: _HTML[m.group(0)], escaped)
+    return escaped.replace("@", _NO_MENTION)
 
 
 def md_code(text: object) -> str:
     """``text`` as an inline code span: literal (no Markdown, no HTML inside), on one
-    line, with a backtick fence longer than any run of backticks it holds."""
-    body = one_line(text)
+    line, with a backtick fence longer than any run of backticks it holds. GitHub
+    links no mention inside code, but a plain-text copy of the comment (an e-mail
+    reply) would: ``@`` is followed by a zero-width space here too."""
+    body = one_line(text).replace("@", _NO_MENTION)
     fence = "`" * (max((len(r) for r in re.findall(r"`+", body)), default=0) + 1)
     if body.startswith("`") or body.endswith("`") or (body[:1] == body[-1:] == " "):
         body = f" {body} "
@@ -81,7 +99,19 @@ def one_line(text: object) -> str:
     """``text`` for a plain log line: line breaks become spaces, so that nothing read
     from a file or a kernel starts a line of its own (under GitHub Actions a line
     starting with ``::`` is a workflow command)."""
-    return re.sub(r"[\r\n]+", " ", str(text))
+    return scrub(re.sub(r"[\r\n]+", " ", str(text)))
+
+
+def scrub(text: str) -> str:
+    """``text`` with each lone surrogate (``"\\ud800"`` is valid in a JSON string,
+    not in UTF-8) replaced by U+FFFD, so that it can be written as UTF-8."""
+    return re.sub(r"[\ud800-\udfff]", "\ufffd", text)
+
+
+def clip(text: str, most: int) -> str:
+    """``text`` shortened to at most ``most`` characters, an ellipsis marking the cut.
+    Cut before escaping, so that no escape or entity is cut in half."""
+    return text if len(text) <= most else text[: max(most - 1, 0)] + "…"
 
 
 def gh_escape(text: object, *, prop: bool = False) -> str:
@@ -101,11 +131,35 @@ def gh_command(level: str, message: object, **props: object) -> str:
 
 
 def md_url(url: str) -> str:
-    """A link destination: as it is when plain, else inside ``<...>`` with whitespace
-    and angle brackets percent-encoded, so that nothing in it can end the link."""
-    if re.fullmatch(r"[^\s()<>\\]+", url):
+    """A link destination: as it is when plain, else inside ``<...>`` with whitespace,
+    control characters and angle brackets percent-encoded (as UTF-8), so that nothing
+    in it can end the link. Any scheme passes: build links to data with ``md_link``,
+    which links only web URLs."""
+    url = scrub(url)
+    if re.fullmatch(r"[^\s\x00-\x1f\x7f()<>\\]+", url):
         return url
-    return "<" + re.sub(r"[\s<>\\]", lambda m: f"%{ord(m.group(0)):02X}", url) + ">"
+    return "<" + re.sub(r"[\s\x00-\x1f\x7f<>\\]", lambda m: _percent(m.group(0)), url) + ">"
+
+
+def _percent(char: str) -> str:
+    return "".join(f"%{b:02X}" for b in char.encode("utf-8"))
+
+
+def is_web_url(url: str) -> bool:
+    """An absolute http(s) URL with a host, in printable ASCII without spaces: the only
+    URLs read from data that become links (not ``javascript:``, ``data:``, ``//host``
+    or a relative path)."""
+    return re.fullmatch(r"(?i)https?://[^/?#\s@]+(?:[/?#][!-~]*)?", url) is not None and (
+        re.fullmatch(r"[!-~]+", url) is not None
+    )
+
+
+def md_link(label: str, url: str) -> str:
+    """``[label](url)`` when ``url`` is a web URL (``is_web_url``); else the label and
+    the URL as text, not a link. ``label`` is text (escaped here)."""
+    if is_web_url(url):
+        return f"[{md_text(label)}]({md_url(url)})"
+    return f"{md_text(label)}: {md_code(url)} (not linked: not an http(s) URL)"
 
 
 def emit_commands(lines: Sequence[str]) -> None:
