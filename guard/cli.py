@@ -28,8 +28,55 @@ DEFAULT_OUT = Path("results/guard-results.json")
 
 def _write_summary(markdown: str, path: str | None) -> None:
     if path:
-        results.write_atomic(path, markdown)
+        core.write_output("--markdown", path, markdown)
     text.append_step_summary(markdown)
+
+
+def _check_outputs(args: argparse.Namespace, results_file: bool = True) -> None:
+    """Every file the command will write, checked before anything is measured."""
+    if results_file:
+        core.check_output_path("--out", args.out or DEFAULT_OUT)
+    for option in ("markdown", "html"):
+        path = getattr(args, option, None)
+        if path:
+            core.check_output_path(f"--{option}", path)
+
+
+def _save_results(args: argparse.Namespace, run: results.RunResult) -> None:
+    """Save the measured run where --out says (default: DEFAULT_OUT, the previous file
+    there kept beside it) and say where on stderr."""
+    out = args.out or DEFAULT_OUT
+    kept = core.save_results(run, out, keep_previous=args.out is None)
+    note = f" (the previous results moved to {kept})" if kept else ""
+    print(f"[guard] results written to {out}{note}", file=sys.stderr)
+
+
+def _announce(args: argparse.Namespace, suite: Suite, then: str) -> core.Preflight:
+    """Before measuring: say what cannot be decided here and why (``then``: what the
+    command still does), so that nobody waits for a verdict that cannot come."""
+    pre = core.preflight(suite, _opts(args))
+    if not pre.blocked:
+        return pre
+    where = "the CPU" if pre.device == "cpu" else "this GPU"
+    if pre.fallback_reason:
+        where += f" ({pre.fallback_reason})"
+    if pre.decidable:
+        print(
+            text.one_line(
+                f"[guard] gated kernel(s) that cannot run on {where}, so their cases get no "
+                f"verdict: {pre.reason()}"
+            ),
+            file=sys.stderr,
+        )
+        return pre
+    print(
+        text.one_line(
+            f"[guard] no verdict is possible here: no gated kernel can run on {where}: "
+            f"{pre.reason()}. Still {then}."
+        ),
+        file=sys.stderr,
+    )
+    return pre
 
 
 # --------------------------------------------------------------------------- commands
@@ -45,6 +92,7 @@ def _opts(args: argparse.Namespace) -> core.MeasureOptions:
         sys_path=tuple(getattr(args, "worker_path", None) or ()),
         sanitize=getattr(args, "sanitize", False),
         time_identical=getattr(args, "time_identical", False),
+        time_controls=getattr(args, "time_controls", False),
     )
 
 
@@ -75,25 +123,29 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _finish_run(args: argparse.Namespace, run: results.RunResult, no_verdict: str = "") -> None:
-    out = args.out or DEFAULT_OUT
-    results.save(run, out)
+    _save_results(args, run)
     cli_report.append_history(args, run)
     _fallback_note(run)
     if args.json:
         terminal.emit_json(results.to_json(run))
+        if no_verdict:  # stdout stays the results document
+            print(f"NO VERDICT: {text.one_line(no_verdict)}", file=sys.stderr)
     else:
         terminal.print_table(render.RUN_HEADER, render.run_rows(run))
         if no_verdict:
             print(f"\nNO VERDICT: {text.one_line(no_verdict)}")
-        print(f"results: {out}")
     _write_summary(render.run_markdown(run, no_verdict), args.markdown)
 
 
 def _run_exit(run: results.RunResult) -> int:
+    """Wrong results 1, a gated case that failed to run 3, no gated case checked 2
+    (nothing the suite gates was looked at: no verdict, never a pass), else 0."""
     if run.correctness_failures:
         return ExitCode.FAIL
     if any(c.case.gate for c in run.infra_failures):
         return ExitCode.INFRA
+    if core.no_gated_checked(run):
+        return ExitCode.BAD_INPUT
     return ExitCode.PASS
 
 
@@ -101,22 +153,25 @@ def _run_exit(run: results.RunResult) -> int:
 MeasureFn = Callable[[Suite, core.MeasureOptions, ProgressFn], results.RunResult]
 
 
-def _measure(args: argparse.Namespace, operation: MeasureFn) -> int:
+def _measure(args: argparse.Namespace, operation: MeasureFn, then: str) -> int:
+    suite = _suite(args)
+    _check_outputs(args)
+    _announce(args, suite, then)
     progress = terminal.ProgressPrinter(not args.quiet)
     try:
-        run = operation(_suite(args), _opts(args), progress)
+        run = operation(suite, _opts(args), progress)
     finally:
         progress.close()
-    _finish_run(args, run)
+    _finish_run(args, run, core.no_gated_checked(run))
     return _run_exit(run)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    return _measure(args, core.check)
+    return _measure(args, core.check, "checking the correctness of the other kernels")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    return _measure(args, core.run)
+    return _measure(args, core.run, "checking and timing the other kernels")
 
 
 def _render_comparison(args: argparse.Namespace, comparison: Comparison) -> int:
@@ -141,7 +196,7 @@ def _render_comparison(args: argparse.Namespace, comparison: Comparison) -> int:
     if args.html:
         from guard import report
 
-        results.write_atomic(args.html, report.html_report(comparison.candidate, comparison))
+        core.write_output("--html", args.html, report.html_report(comparison.candidate, comparison))
     return int(comparison.exit_code)
 
 
@@ -151,17 +206,25 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise GuardError("compare takes two files (BASELINE CANDIDATE) or none")
         if args.against or args.baseline or args.baseline_ref:
             raise GuardError("give either two files or --against/--baseline/--baseline-ref")
+        _check_outputs(args, results_file=False)
         comparison = core.compare_files(args.files[0], args.files[1], alpha=args.alpha)
         return _render_comparison(args, comparison)
 
     suite = _suite(args)
+    _check_outputs(args)
+    then = (
+        "checking the correctness of the other kernels"
+        + ("" if args.time_controls else ", not timing them (--time-controls times them)")
+        + (", and comparing the compiled kernels' resources" if args.against else "")
+    )
     progress = terminal.ProgressPrinter(not args.quiet)
     try:
         if args.against:
+            _announce(args, suite, then)
             comparison = core.compare_against(
                 suite, args.against, opts=_opts(args), progress=progress
             )
-            results.save(comparison.candidate, args.out or DEFAULT_OUT)
+            _save_results(args, comparison.candidate)
             cli_report.append_history(args, comparison.candidate)
             return _render_comparison(args, comparison)
         baseline: results.RunResult | None
@@ -169,6 +232,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
             baseline, missing = results.load(args.baseline), ""
         else:
             baseline, missing = core.find_baseline(args.baselines, args.device, args.baseline_ref)
+        if _announce(args, suite, then).decidable and missing:
+            print(
+                text.one_line(f"[guard] no verdict is possible: {missing} Measuring anyway."),
+                file=sys.stderr,
+            )
         outcome = core.compare_with_baseline(
             suite,
             baseline,
@@ -179,7 +247,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         )
     finally:
         progress.close()
-    results.save(outcome.candidate, args.out or DEFAULT_OUT)
+    _save_results(args, outcome.candidate)
     cli_report.append_history(args, outcome.candidate)
     _fallback_note(outcome.candidate)
     if outcome.comparison is None:
@@ -198,21 +266,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
         _write_summary(
             render.run_markdown(outcome.candidate, outcome.no_verdict_reason), args.markdown
         )
-        text.annotate("warning", "No baseline", outcome.no_verdict_reason)
+        title = "No verdict" if core.no_gated_checked(outcome.candidate) else "No baseline"
+        text.annotate("warning", title, outcome.no_verdict_reason)
         return int(outcome.exit_code)
     return _render_comparison(args, outcome.comparison)
 
 
 def cmd_baseline_refresh(args: argparse.Namespace) -> int:
+    suite = _suite(args)
+    _check_outputs(args, results_file=bool(args.out))
     progress = terminal.ProgressPrinter(not args.quiet)
     try:
         outcome = core.refresh_baseline(
-            _suite(args), args.dir, opts=_opts(args), progress=progress, allow_cpu=args.allow_cpu
+            suite, args.dir, opts=_opts(args), progress=progress, allow_cpu=args.allow_cpu
         )
     finally:
         progress.close()
     if args.out:
-        results.save(outcome.run, args.out)
+        _save_results(args, outcome.run)
     cli_report.append_history(args, outcome.run)
     rows = [
         [
@@ -254,7 +325,8 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
 def _common(
     p: argparse.ArgumentParser,
     measure: bool = True,
-    out_help: str = f"results JSON (default {DEFAULT_OUT})",
+    out_help: str = f"results JSON (default {DEFAULT_OUT}; a file already there is moved to "
+    f"{core.previous_path(DEFAULT_OUT)})",
 ) -> None:
     p.add_argument("--suite", default=str(core.DEFAULT_SUITE), help="suite YAML file")
     p.add_argument("--kernels", nargs="+", metavar="NAME", help="only these kernels")
@@ -342,6 +414,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also time cases whose kernel is identical to the baseline's (same device "
         "code and launches); by default they are 'unchanged (identical kernel)', untimed",
+    )
+    p.add_argument(
+        "--time-controls",
+        action="store_true",
+        help="time the not-gated controls (SDPA) even when no gated case can be decided "
+        "here (a CPU: minutes); by default they are then only checked",
     )
     p.add_argument("--html", help="also write the HTML report here")
     p.set_defaults(func=cmd_compare)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from guard import history, render, report, results, terminal, text
+from guard import core, history, render, report, results, terminal, text
 from guard.compare import compare_runs
 
 HISTORY_HELP = (
@@ -29,7 +29,9 @@ def append_history(args: argparse.Namespace, run: results.RunResult) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-
+    for option, path in (("--html", args.html), ("--markdown", args.markdown)):
+        if path:
+            core.check_output_path(option, path)
     run = results.load(args.results)
     comparison = None
     if args.baseline:
@@ -46,14 +48,14 @@ def cmd_report(args: argparse.Namespace) -> int:
             if t.skipped:
                 print(f"[guard] {text.one_line(t.skipped_note(args.history))}", file=sys.stderr)
     if args.html:
-        results.write_atomic(args.html, report.html_report(run, comparison, trends=trends))
+        core.write_output("--html", args.html, report.html_report(run, comparison, trends=trends))
     markdown = (
         render.comparison_markdown(comparison, report_url=args.report_url)
         if comparison is not None
         else render.run_markdown(run)
     )
     if args.markdown:
-        results.write_atomic(args.markdown, markdown)
+        core.write_output("--markdown", args.markdown, markdown)
     if args.json:
         data: dict[str, Any] = (
             render.comparison_json(comparison)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import shutil
 import subprocess
 import tempfile
@@ -21,7 +22,7 @@ from guard import results
 from guard.compare import Comparison, compare_runs, replace_cases
 from guard.errors import BadInput, ExitCode, GuardError, InfraError, shown
 from guard.proc import kill_running_groups, local_kernels_root
-from guard.results import RunResult
+from guard.results import OK, UNAVAILABLE, RunResult
 from guard.runner import Arm, ProgressFn, Session, _noop, sigterm_unwinds
 from guard.suite import Suite, load_suite
 
@@ -55,6 +56,9 @@ class MeasureOptions:
     sys_path: tuple[str, ...] = ()
     sanitize: bool = False  # run workers under compute-sanitizer memcheck (GPU only)
     time_identical: bool = False  # time cases whose kernel is identical to the baseline's
+    # Time the not-gated controls (SDPA) even when no gated case can be decided: by
+    # default their timing is skipped then, as it could decide nothing.
+    time_controls: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,114 @@ def open_suite(
     cases: Sequence[str] | None = None,
 ) -> Suite:
     return load_suite(path).select(list(kernels or []), list(cases or []))
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What can be decided on this machine, known before anything is measured: the
+    gated kernels whose probe says they cannot run here, and why."""
+
+    device: str
+    fallback_reason: str  # why the CPU is used ("" on a GPU)
+    blocked: tuple[tuple[str, str], ...]  # (gated kernel, why it cannot run here)
+    runnable: tuple[str, ...]  # gated kernels that can (or whose probe could not say)
+
+    @property
+    def decidable(self) -> bool:
+        """Whether any gated kernel can run here, i.e. a verdict is possible."""
+        return bool(self.runnable)
+
+    def reason(self) -> str:
+        """The blocked gated kernels and why, in one line ("" when none is)."""
+        return "; ".join(f"{name}: {why}" for name, why in self.blocked)
+
+
+def preflight(suite: Suite, opts: MeasureOptions = MeasureOptions()) -> Preflight:
+    """Probe the suite's gated kernels on the device ``opts`` picks (imports no kernel
+    module; a probe that fails counts as runnable: the worker will tell)."""
+    import kernels
+
+    device, reason = guard_env.pick_device(opts.device)
+    blocked: list[tuple[str, str]] = []
+    runnable: list[str] = []
+    for name in sorted({c.kernel for c in suite.cases if c.gate}):
+        try:
+            why = kernels.get(name).probe(device)
+        except Exception:  # the worker reports what really happens
+            why = None
+        if why:
+            blocked.append((name, str(why)))
+        else:
+            runnable.append(name)
+    return Preflight(device, reason, tuple(blocked), tuple(runnable))
+
+
+def no_gated_checked(run: RunResult) -> str:
+    """Why no gated case of ``run`` passed its correctness check ("" when one did):
+    then nothing the suite gates was checked, and there is no verdict, never a pass."""
+    gated = [c for c in run.cases if c.case.gate]
+    if any(c.status == OK for c in gated):
+        return ""
+    if not gated:
+        return f"none of the {len(run.cases)} case(s) is gated"
+    why: dict[str, str] = {}  # kernel -> its first case's reason
+    for c in gated:
+        reason = c.reason if c.status == UNAVAILABLE else f"{c.status}: {c.reason}"
+        why.setdefault(c.case.kernel, shown_reason(reason))
+    kernels_ = "; ".join(f"{k}: {w}" for k, w in why.items())
+    where = " on the CPU" if run.environment.device == "cpu" else ""
+    return f"no gated kernel could be checked here{where} ({kernels_})"
+
+
+def shown_reason(reason: str) -> str:
+    """A worker's reason for one line: its first line only."""
+    return reason.strip().splitlines()[0] if reason.strip() else "no reason given"
+
+
+def check_output_path(option: str, path: str | Path) -> None:
+    """Refuse, before anything is measured, an output file that cannot be written:
+    a directory, a path under a regular file, a folder this user cannot write in."""
+    target = Path(path)
+    if target.is_dir():
+        raise BadInput(f"{option} {target}: is a directory; give a file name")
+    for parent in target.parents:
+        if not (parent.exists() or parent.is_symlink()):
+            continue  # written with its missing folders
+        if not parent.is_dir():
+            raise BadInput(f"{option} {target}: {parent} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise BadInput(f"{option} {target}: cannot write in {parent}")
+        return
+
+
+def write_output(option: str, path: str | Path, text: str) -> None:
+    """``results.write_atomic``, with a failure named by its option and path (exit 2)."""
+    try:
+        results.write_atomic(path, text)
+    except OSError as exc:
+        raise BadInput(f"{option} {path}: cannot write ({exc.strerror or exc})") from None
+
+
+def previous_path(path: str | Path) -> Path:
+    """Where ``save_results(keep_previous=True)`` moves the file it replaces."""
+    p = Path(path)
+    return p.with_name(f"{p.stem}.previous{p.suffix}")
+
+
+def save_results(
+    run: RunResult, path: str | Path, *, option: str = "--out", keep_previous: bool = False
+) -> Path | None:
+    """Save ``run`` to ``path``; ``keep_previous``: first move a file already there to
+    ``previous_path`` (returned), so that a rerun never silently loses the last one."""
+    kept = None
+    try:
+        if keep_previous and Path(path).is_file():
+            kept = previous_path(path)
+            os.replace(path, kept)
+        results.save(run, path)
+    except OSError as exc:
+        raise BadInput(f"{option} {path}: cannot write ({exc.strerror or exc})") from None
+    return kept
 
 
 def _session(
@@ -207,11 +319,40 @@ def find_baseline(
         baseline, where = (results.load(rel) if rel.exists() else None), str(rel)
     if baseline is not None:
         return baseline, ""
+    record = (
+        "Record one on this GPU with `guard baseline refresh` (or the baseline-refresh workflow)"
+        if dev == "cuda"
+        else "Record one on this machine with `guard baseline refresh --allow-cpu` (CPU "
+        "timings say nothing about GPU speed)"
+    )
     return None, (
-        f"no baseline for this hardware ({where} does not exist). Record one on this GPU "
-        "with `guard baseline refresh` (or the baseline-refresh workflow), or compare two "
+        f"no baseline for this hardware ({where} does not exist). {record}, or compare two "
         "commits here with `guard compare --against REF`."
     )
+
+
+def _gated_checked(runs: Sequence[RunResult]) -> bool:
+    """Whether some gated case passed its correctness check in every arm (only such a
+    case can be timed and decided)."""
+    ok = [{c.id for c in r.cases if c.case.gate and c.status == OK} for r in runs]
+    return bool(set.intersection(*ok)) if ok else False
+
+
+CONTROLS_NOT_TIMED = (
+    "controls not timed: no gated case can be decided here, so their timing could decide "
+    "nothing (--time-controls times them)"
+)
+
+
+def _untimed_controls(comparison: Comparison) -> Comparison:
+    """The comparison of a session that timed nothing: its controls say why."""
+    cases = tuple(
+        replace(c, reason=CONTROLS_NOT_TIMED)
+        if not c.gate and c.candidate is not None and c.candidate.status == OK
+        else c
+        for c in comparison.cases
+    )
+    return replace(comparison, cases=cases, notes=(*comparison.notes, CONTROLS_NOT_TIMED))
 
 
 def _sequential(
@@ -271,10 +412,19 @@ def compare_with_baseline(
             f"{shown(baseline.environment.gpu_name)}, this machine is {shown(here.gpu_name)}"
         )
     session.check()
+    measured = session.results()["candidate"]
+    unchecked = no_gated_checked(measured)
     if baseline is None:
+        if unchecked and not opts.time_controls:  # no verdict whatever the timings
+            return CompareOutcome(measured, None, unchecked)
         rounds, _ = _plan_rounds(session, opts)
         session.time(rounds)
-        return CompareOutcome(session.results()["candidate"], None, missing_reason)
+        return CompareOutcome(session.results()["candidate"], None, unchecked or missing_reason)
+    if unchecked and not opts.time_controls:
+        comparison = compare_runs(
+            baseline, measured, alpha=suite.timing.alpha, plan=suite.timing, paired=False
+        )
+        return CompareOutcome(measured, _untimed_controls(comparison))
     comparison = _sequential(
         session,
         lambda: (baseline, session.results()["candidate"]),
@@ -330,6 +480,16 @@ def compare_against(
 ) -> Comparison:
     """Measure ``ref``'s kernels and this tree's, interleaved round by round, and compare."""
     with worktree(ref, repo) as tree:
+        # Without its own kernels/ the base arm would import this checkout's (or the
+        # installed) kernels and compare them with themselves: a PASS that means nothing.
+        package = tree / "kernels"
+        if not package.is_dir():
+            raise BadInput(f"--against {ref}: {ref} has no kernels/ folder to measure")
+        if not (package / "__init__.py").is_file():
+            raise BadInput(
+                f"--against {ref}: {ref} has no kernels/__init__.py (its kernels/ is not "
+                "a package the guard can import)"
+            )
         return compare_arms(
             suite,
             Arm("baseline", str(tree), ref),
@@ -361,7 +521,14 @@ def compare_arms(
         res = session.results()
         return res["baseline"], res["candidate"]
 
-    comparison = _sequential(session, pair, opts, paired=True, time_identical=opts.time_identical)
+    if _gated_checked(pair()) or opts.time_controls:
+        comparison = _sequential(
+            session, pair, opts, paired=True, time_identical=opts.time_identical
+        )
+    else:  # nothing gated can be decided: the check round's findings, untimed
+        comparison = _untimed_controls(
+            compare_runs(*pair(), alpha=suite.timing.alpha, plan=suite.timing, paired=True)
+        )
     roots = [a.kernels_root or local_kernels_root() for a in arms]
     return with_resource_changes(comparison, suite, roots[0], roots[1], progress)
 
@@ -487,6 +654,7 @@ def refresh_baseline(
             f"baseline refresh needs a GPU: {reason or 'no CUDA device'} "
             "(pass --allow-cpu to record a CPU baseline anyway)"
         )
+    check_output_path("--dir", baseline_path(directory, guard_env.device_slug(device)))
     measured = run(suite, opts, progress, full=True)
     if measured.correctness_failures:
         ids = ", ".join(c.id for c in measured.correctness_failures[:5])
@@ -506,7 +674,7 @@ def refresh_baseline(
     for case in measured.cases:
         old = previous.case(case.id) if previous else None
         changes.append(BaselineChange(case.id, old.median if old else None, case.median))
-    results.save(measured, path)
+    save_results(measured, path, option="--dir")
     return RefreshOutcome(path, measured, previous, tuple(changes))
 
 

@@ -87,9 +87,13 @@ def test_compare_without_baseline_reports_and_exits_two(tmp_path, capsys, monkey
 
 
 def test_refresh_then_compare_pass_and_regression(tmp_path, capsys, monkeypatch):
+    # Sleeps far above what a loaded CPU adds (a sleep overshoots by about 0.1 ms, a few
+    # ms at worst, and the tiny attention call costs microseconds): the same 50 ms in
+    # both runs stays within the stored rule's 3% drift, and 250 ms is a 5x regression
+    # whose interval over 3 rounds stays far from 1, whatever else runs on the machine.
     suite = suite_file(tmp_path, ["fault_slow"], rounds=3)
     bdir = tmp_path / "baselines"
-    monkeypatch.setenv("FAULT_SLOW_MS", "2")
+    monkeypatch.setenv("FAULT_SLOW_MS", "50")
     assert (
         main(
             [
@@ -114,7 +118,7 @@ def test_refresh_then_compare_pass_and_regression(tmp_path, capsys, monkeypatch)
     assert main([*common, "--out", str(tmp_path / "same.json")]) == 0, capsys.readouterr()
     capsys.readouterr()
 
-    monkeypatch.setenv("FAULT_SLOW_MS", "20")  # 10x: loud even on a busy CPU
+    monkeypatch.setenv("FAULT_SLOW_MS", "250")  # 5x: loud even on a busy CPU
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     assert main([*common, "--out", str(tmp_path / "slow.json")]) == 1
     out = capsys.readouterr().out
@@ -207,10 +211,73 @@ def test_device_cuda_without_gpu_exits_three(tmp_path, capsys):
     assert "no GPU here" in capsys.readouterr().err
 
 
+# ------------------------------------------------------------ where nothing gated can run
+
+
+def test_no_gated_kernel_here_is_said_at_once_and_nothing_is_timed(tmp_path, capsys):
+    """On a CPU the gated kernel (CUDA only) cannot run: each command says so before it
+    measures, checks what can run, times nothing, and ends in NO VERDICT (exit 2)."""
+    suite = suite_file(
+        tmp_path, ["fault_illegal_address", "reference"], gate=["fault_illegal_address"]
+    )
+    common = ["--suite", str(suite), "-q", *FAULTS]
+    out = tmp_path / "r.json"
+    argv = ["compare", *common, "--baselines", str(tmp_path / "none"), "--out", str(out)]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    first = captured.err.splitlines()[0]
+    assert first.startswith("[guard] no verdict is possible here: no gated kernel can run")
+    assert "fault_illegal_address: needs a CUDA GPU" in first and "--time-controls" in first
+    assert "NO VERDICT: no gated kernel could be checked here" in captured.out
+    by_kernel = {c.case.kernel: c for c in results.load(out).cases}
+    assert by_kernel["reference"].correctness is not None  # checked
+    assert by_kernel["reference"].rounds == ()  # not timed
+    assert by_kernel["fault_illegal_address"].status == "unavailable"
+
+    # --time-controls times them all the same (still no verdict).
+    assert main([*argv, "--time-controls"]) == 2
+    timed = {c.case.kernel: c for c in results.load(out).cases}
+    assert len(timed["reference"].rounds) == 2
+
+    # `guard check`: no gated kernel checked is no pass either.
+    assert main(["check", *common, "--out", str(tmp_path / "c.json")]) == 2
+    captured = capsys.readouterr()
+    assert "NO VERDICT: no gated kernel could be checked here" in captured.out
+    assert "fault_illegal_address: needs a CUDA GPU" in captured.out
+
+
+def test_paired_compare_times_nothing_when_no_gated_kernel_runs(tmp_path):
+    """The --against path (compare_arms): the check round's findings, no timing round,
+    and the controls say why they were not timed."""
+    from guard import core
+    from guard.compare import Status
+    from guard.outcome import CheckVerdict
+    from guard.runner import Arm
+
+    suite_path = suite_file(
+        tmp_path, ["fault_illegal_address", "reference"], gate=["fault_illegal_address"]
+    )
+    core.load_plugins(["fault_kernels"], [str(TESTS)])
+    opts = core.MeasureOptions(fault_modules=("fault_kernels",), sys_path=(str(TESTS),))
+    comparison = core.compare_arms(
+        core.open_suite(suite_path), Arm("baseline"), Arm("candidate"), opts=opts
+    )
+    assert comparison.verdict is CheckVerdict.NO_VERDICT
+    control = next(c for c in comparison.cases if c.kernel == "reference")
+    assert control.status is Status.TOO_FEW_ROUNDS
+    assert control.reason == core.CONTROLS_NOT_TIMED
+    assert comparison.candidate.rounds == () or all(
+        r.index == 0 for r in comparison.candidate.rounds
+    )  # the check round only
 
 
 def test_compare_against_git_ref(tmp_path):
-    """Two commits of a kernel: the working tree is slower than HEAD~0's committed code."""
+    """Two commits of a kernel: the working tree is slower than HEAD~0's committed code.
+
+    Both arms' times are sleeps far above what a loaded CPU adds to them (about 0.1 ms,
+    a few ms at worst; the attention call itself takes microseconds), and 20x apart: the
+    interval over 3 rounds a side lies far above 1 on a busy machine too (with 2 ms
+    against 20 ms, other processes on both cores once made it inconclusive)."""
     repo = tmp_path / "repo"
     (repo / "kernels").mkdir(parents=True)
     for name in ("__init__.py", "registry.py", "reference.py", "sdpa.py"):
@@ -226,13 +293,13 @@ def test_compare_against_git_ref(tmp_path):
     ref_py.write_text(
         ref_py.read_text() + "\n\ndef attention_slowable(q, k, v, **kw):\n"
         "    import time\n    time.sleep(DELAY)\n    return attention(q, k, v, **kw)\n"
-        "\n\nDELAY = 0.002\n"
+        "\n\nDELAY = 0.01\n"
     )
     suite = suite_file(tmp_path, ["reference"], rounds=3)
     _git(repo, "init", "-q")
     _git(repo, "add", ".")
     _git(repo, "commit", "-qm", "base")
-    ref_py.write_text(ref_py.read_text().replace("DELAY = 0.002", "DELAY = 0.02"))
+    ref_py.write_text(ref_py.read_text().replace("DELAY = 0.01", "DELAY = 0.2"))
     env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{ROOT}"}
     proc = subprocess.run(
         [
@@ -363,3 +430,30 @@ def _interrupt(proc: subprocess.Popen[str], out: Path, tmp_path: Path, marker: s
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     time.sleep(1)
     assert _processes_marked(marker) == {}, "a process outlived the interrupted guard"
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"README.md": "no kernels here\n"}, "HEAD has no kernels/ folder to measure"),
+        ({"kernels/registry.py": "\n"}, "HEAD has no kernels/__init__.py"),
+    ],
+)
+def test_against_a_ref_without_kernels_exits_two(tmp_path, monkeypatch, capsys, files, message):
+    """Without its own kernels/ package the base arm would import this checkout's and
+    compare it with itself: a PASS that means nothing. Refused, naming what is missing."""
+    from guard import core
+
+    repo = tmp_path / "repo"
+    for rel, content in files.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(content)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "base")
+    suite = suite_file(tmp_path, ["reference"])
+    monkeypatch.setattr(core, "compare_arms", lambda *a, **kw: pytest.fail("measured it"))
+    monkeypatch.chdir(repo)
+    assert main(["compare", "--against", "HEAD", "--suite", str(suite), "-q"]) == 2
+    assert f"guard: error: --against HEAD: {message}" in capsys.readouterr().err
+    assert not _git(repo, "worktree", "list").strip().count("\n")  # worktree removed

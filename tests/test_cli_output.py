@@ -80,7 +80,6 @@ def test_progress_bar_shows_markup_as_text() -> None:
         printer.close()
 
 
-
 def test_plain_progress_names_the_case_a_short_round_is_on(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -103,6 +102,7 @@ def test_plain_progress_names_the_case_a_short_round_is_on(
         "[perf-guard] time baseline round 7/20: 1 case(s)",
         "[perf-guard] time baseline round 7/20: k/case3",
     ]
+
 
 # ------------------------------------------------------------ closed stdout
 
@@ -231,3 +231,147 @@ def test_refresh_summary_escapes_case_names(tmp_path, tiny_suite, monkeypatch) -
     row = md.read_text().splitlines()[-1]
     assert row.startswith("| reference/a\\|b&lt;img src=x&gt;\\`c\\` | — | ")
     assert row.count("|") - row.count("\\|") == 5
+
+
+# ------------------------------------------------------------ no gated kernel, hints
+
+
+def test_check_with_no_gated_case_checked_is_no_verdict(tmp_path, tiny_suite, monkeypatch, capsys):
+    """Only the controls ran (the gated kernel cannot run here): no pass, exit 2."""
+    from guard.results import UNAVAILABLE
+
+    gated = make_case(kernel="triton_flash", name="x")
+    control = make_case(kernel="sdpa", name="x", gate=False)
+    run = make_run({gated: (), control: ()}, status={gated.id: UNAVAILABLE})
+    run = replace(run, cases=(replace(run.cases[0], reason="needs a CUDA GPU"), run.cases[1]))
+    monkeypatch.setattr(core, "check", lambda suite, opts, progress: run)
+    argv = ["check", "--suite", str(tiny_suite), "--out", str(tmp_path / "r.json"), "-q"]
+    assert cli.main(argv) == 2
+    assert "NO VERDICT: no gated kernel could be checked here (triton_flash: needs a CUDA GPU)" in (
+        capsys.readouterr().out.replace("\n", " ")
+    )
+    assert cli.main([*argv, "--json"]) == 2  # stdout stays the results document
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["guard"]["cases"][0]["status"] == UNAVAILABLE
+    assert "NO VERDICT: no gated kernel could be checked here" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("device", "wanted", "unwanted"),
+    [
+        ("cpu", "`guard baseline refresh --allow-cpu`", "this GPU"),
+        ("cuda", "on this GPU with `guard baseline refresh`", "--allow-cpu"),
+    ],
+)
+def test_no_baseline_hint_is_a_command_that_works_here(
+    tmp_path, monkeypatch, device, wanted, unwanted
+):
+    """Without a GPU, `guard baseline refresh` exits 3 unless given --allow-cpu."""
+    from guard import env as guard_env
+
+    monkeypatch.setattr(guard_env, "pick_device", lambda requested="auto": (device, ""))
+    monkeypatch.setattr(guard_env, "device_slug", lambda d: f"{d}-test")
+    baseline, reason = core.find_baseline(tmp_path / "none")
+    assert baseline is None
+    assert wanted in reason and unwanted not in reason
+
+
+# ------------------------------------------------------------ where results go
+
+
+def test_results_file_is_named_and_the_previous_one_kept(tmp_path, tiny_suite, monkeypatch, capsys):
+    """The default results file is said on stderr; a rerun moves the last one aside."""
+    run = make_run(
+        {make_case(kernel="reference"): synthetic_rounds(np.random.default_rng(5), 1e-3)}
+    )
+    monkeypatch.setattr(core, "check", lambda suite, opts, progress: run)
+    monkeypatch.chdir(tmp_path)
+    argv = ["check", "--suite", str(tiny_suite), "-q"]
+    assert cli.main(argv) == 0
+    assert "[guard] results written to results/guard-results.json\n" in capsys.readouterr().err
+    first = (tmp_path / "results" / "guard-results.json").read_text()
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert (
+        "[guard] results written to results/guard-results.json (the previous results moved "
+        "to results/guard-results.previous.json)" in err
+    )
+    assert (tmp_path / "results" / "guard-results.previous.json").read_text() == first
+
+    out = tmp_path / "mine.json"  # a path the user chose: replaced, and said so
+    assert cli.main([*argv, "--out", str(out)]) == 0
+    assert f"[guard] results written to {out}\n" in capsys.readouterr().err
+
+
+def test_compare_says_where_it_wrote(tmp_path, tiny_suite, monkeypatch, capsys):
+    run = make_run(
+        {make_case(kernel="reference"): synthetic_rounds(np.random.default_rng(6), 1e-3)}
+    )
+    monkeypatch.setattr(core, "find_baseline", lambda *a: (None, "no baseline (test)."))
+    monkeypatch.setattr(
+        core, "compare_with_baseline", lambda *a, **kw: core.CompareOutcome(run, None, "none")
+    )
+    out = tmp_path / "c.json"
+    assert cli.main(["compare", "--suite", str(tiny_suite), "--out", str(out), "-q"]) == 2
+    assert f"[guard] results written to {out}" in capsys.readouterr().err
+    assert results.load(out).cases == run.cases
+
+
+# ------------------------------------------------------------ output paths
+
+
+def _output_paths(tmp_path: Path) -> dict[str, Path]:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    return {"a directory": tmp_path, "under a file": afile / "x.out"}
+
+
+@pytest.mark.parametrize("where", ["a directory", "under a file"])
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        ("report", "--html"),
+        ("report", "--markdown"),
+        ("compare", "--html"),
+        ("compare", "--markdown"),
+        ("compare", "--out"),
+        ("check", "--markdown"),
+        ("check", "--out"),
+    ],
+)
+def test_unwritable_output_paths_exit_two_before_measuring(
+    tmp_path, tiny_suite, monkeypatch, capsys, command, option, where
+):
+    run = make_run(
+        {make_case(kernel="reference"): synthetic_rounds(np.random.default_rng(7), 1e-3)}
+    )
+    res = tmp_path / "res.json"
+    results.save(run, res)
+    for name in ("check", "run", "compare_with_baseline", "compare_against"):
+        monkeypatch.setattr(core, name, _refuse_to_measure)
+    bad = _output_paths(tmp_path)[where]
+    if command == "report":
+        argv = ["report", str(res), option, str(bad)]
+    else:
+        argv = [command, "--suite", str(tiny_suite), "-q", option, str(bad)]
+        if command == "compare":
+            argv += ["--baselines", str(tmp_path / "none")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"guard: error: {option} {bad}: "), err
+    assert "Traceback" not in err
+
+
+def test_compare_files_html_into_a_directory_exits_two(tmp_path, capsys):
+    a = pytest_benchmark_file(tmp_path / "a.json", ["t.py::test_a"])
+    assert cli.main(["compare", str(a), str(a), "--html", str(tmp_path)]) == 2
+    assert f"--html {tmp_path}: is a directory" in capsys.readouterr().err
+
+
+def test_a_failed_write_names_its_option(tmp_path) -> None:
+    """A write that fails after the check (a folder appeared meanwhile): exit 2, named."""
+    from guard.errors import BadInput
+
+    (tmp_path / "r.html").mkdir()
+    with pytest.raises(BadInput, match=r"^--html .*r\.html: cannot write"):
+        core.write_output("--html", tmp_path / "r.html", "<p>")
