@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
+import re
 import secrets
+import stat
 import subprocess
 import sys
 import tempfile
@@ -45,15 +46,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from guard import comment, core, policy, render, results, terminal, text
+from guard import comment, core, files, limits, policy, render, results, terminal, text
 from guard.compare import Comparison, compare_runs
-from guard.errors import BadInput, ExitCode, GuardError
+from guard.errors import BadInput, ExitCode, GuardError, cut
 from guard.outcome import CaseProfile, CheckVerdict, Outcome
 from guard.proc import local_kernels_root
 from guard.runner import Arm
 from guard.suite import Suite, load_suite
 
 OUTCOME_FILE = "meta.json"  # the name the comment workflow looks for in the artifact
+MAX_EVENT_BYTES = 25 * 1024 * 1024  # GitHub caps a webhook payload (the event file) at 25 MB
+MAX_LISTED_ANNOTATIONS = 20  # baseline-change annotations; the rest are counted
 
 
 # --------------------------------------------------------------------------- GitHub
@@ -85,15 +88,75 @@ def _run_url() -> str:
     return f"{server}/{repo}/actions/runs/{run_id}" if server and repo and run_id else ""
 
 
+def _named(var: str) -> str:
+    """``VAR=value`` of an environment variable, for an error message (one line, cut)."""
+    return cut(text.one_line(f"{var}={os.environ.get(var, '')}"))
+
+
 def _pr_number() -> int | None:
+    """The PR's number: ``$PR_NUMBER``, else ``pull_request.number`` of the event file;
+    None when neither has one. BadInput for a PR_NUMBER that is not a positive ASCII
+    number (``str.isdigit`` accepts "²", which ``int`` refuses) and for an event file
+    that cannot be read: a directory, a device (``/dev/zero``), over the size limit,
+    not JSON."""
     number = os.environ.get("PR_NUMBER", "")
-    if not number and os.environ.get("GITHUB_EVENT_PATH"):
-        try:
-            event = json.loads(Path(os.environ["GITHUB_EVENT_PATH"]).read_text("utf-8"))
-            number = str(event.get("pull_request", {}).get("number", ""))
-        except (OSError, ValueError, AttributeError):
-            number = ""
-    return int(number) if number.isdigit() and int(number) > 0 else None
+    if number:
+        if not re.fullmatch(r"[0-9]{1,18}", number) or int(number) == 0:
+            raise BadInput(f"{_named('PR_NUMBER')}: not a pull-request number (1, 2, ...)")
+        return int(number)
+    path = os.environ.get("GITHUB_EVENT_PATH", "")
+    if not path:
+        return None
+    try:
+        event = json.loads(files.read_text(path, MAX_EVENT_BYTES))
+    except (OSError, UnicodeDecodeError) as exc:  # files.FileRefused is an OSError
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        where = _named("GITHUB_EVENT_PATH")
+        raise BadInput(f"{where}: cannot read the event file ({why})") from None
+    except (ValueError, RecursionError) as exc:
+        raise BadInput(f"{_named('GITHUB_EVENT_PATH')}: not JSON ({cut(str(exc))})") from None
+    pr = event.get("pull_request") if isinstance(event, dict) else None
+    found = pr.get("number") if isinstance(pr, dict) else None
+    if isinstance(found, int) and not isinstance(found, bool) and found > 0:
+        return found
+    return None
+
+
+def _check_appendable(var: str) -> None:
+    """BadInput unless ``$var`` (a file GitHub reads after the step) can be appended to:
+    a directory or a path under a regular file would fail only after measuring."""
+    path = os.environ.get(var, "")
+    if not path:
+        return
+    # O_NONBLOCK: a FIFO without a reader fails here instead of blocking.
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise BadInput(f"{_named(var)}: cannot append to it ({exc.strerror or exc})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+    finally:
+        os.close(fd)
+    if not (stat.S_ISREG(mode) or stat.S_ISCHR(mode)):  # a file, or /dev/null
+        raise BadInput(f"{_named(var)}: not a regular file")
+
+
+def check_setup(args: argparse.Namespace) -> int | None:
+    """What the check needs from its environment, checked before anything is measured
+    (a bad one used to fail only when the results were written); the PR's number.
+    BadInput naming the option or variable at fault."""
+    out_dir: Path = args.out_dir
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why, where = exc.strerror or exc, cut(text.one_line(out_dir))
+        raise BadInput(f"--out-dir {where}: cannot create the folder ({why})") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise BadInput(f"--out-dir {cut(text.one_line(out_dir))}: not writable")
+    _check_appendable("GITHUB_OUTPUT")
+    _check_appendable("GITHUB_STEP_SUMMARY")
+    return _pr_number()
 
 
 # --------------------------------------------------------------------------- trees
@@ -126,21 +189,54 @@ def resolve_base(explicit: str | None) -> str:
     )
 
 
-def _digests(folder: Path) -> dict[str, str]:
-    if not folder.is_dir():
-        return {}
-    return {
-        p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+def _entry(path: Path) -> tuple[str, str] | None:
+    """What an entry of a checkout holds, read without following a link or reading
+    past ``limits.MAX_FILE_BYTES``: (content, why not read). The content is a regular
+    file's sha256 or a link's target (read, never followed), "" when it was not read;
+    the reason names a link, an oversize or special file. None for a folder."""
+    try:
+        info = path.lstat()
+        if stat.S_ISDIR(info.st_mode):
+            return None  # its entries are listed themselves
+        if stat.S_ISLNK(info.st_mode):
+            return f"link:{os.readlink(path)}", "a link"
+        return files.digest(path, limit=limits.MAX_FILE_BYTES), ""
+    except files.FileRefused as exc:
+        return "", str(exc)
+    except OSError as exc:
+        return "", f"unreadable: {exc.strerror or exc}"
+
+
+def _entries(folder: Path) -> dict[str, tuple[str, str]]:
+    """Every entry under ``folder`` by relative name, links and special files included;
+    the walk never enters a linked folder (nor ``folder`` itself when it is a link)."""
+    top = _entry(folder) if os.path.lexists(folder) else None
+    if top is not None:  # a link, a file: not a folder to walk
+        return {".": top}
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            if (entry := _entry(path)) is not None:
+                out[path.relative_to(folder).as_posix()] = entry
+    return out
 
 
 def changed_files(judge: Path, candidate: Path, folder: str) -> list[str]:
-    """Files under ``folder`` that differ between two checkouts, by content (the PR's
-    checkout is shallow: no history to diff against)."""
-    a, b = _digests(judge / folder), _digests(candidate / folder)
-    return [f"{folder}/{name}" for name in sorted(set(a) | set(b)) if a.get(name) != b.get(name)]
+    """Entries under ``folder`` that differ between two checkouts, by content (the PR's
+    checkout is shallow: no history to diff against). An entry that was not read (a
+    link, a file over the size limit, a FIFO) is listed with why: never followed,
+    never skipped; only the same link in both checkouts is no change."""
+    a, b = _entries(judge / folder), _entries(candidate / folder)
+    out = []
+    for name in sorted(set(a) | set(b)):
+        ours, theirs = a.get(name, ("", "")), b.get(name, ("", ""))
+        if ours[0] and ours[0] == theirs[0]:
+            continue
+        where = folder if name == "." else f"{folder}/{name}"
+        why = theirs[1] or ours[1]
+        out.append(f"{where} ({cut(text.one_line(why))}: not read)" if why else where)
+    return out
 
 
 class _AnyKernel(set[str]):
@@ -150,10 +246,16 @@ class _AnyKernel(set[str]):
         return True
 
 
-def policy_changes(judge_suite: Suite, candidate_suite_path: Path) -> list[str]:
-    """What the PR's suite file changes, in words; its problems named, never fatal."""
+def policy_changes(judge_suite: Suite, candidate_suite_path: Path, tree: Path) -> list[str]:
+    """What the PR's suite file changes, in words; its problems named, never fatal.
+    A link is not followed (it could lead to ``/dev/zero`` or out of ``tree``)."""
+    name = candidate_suite_path.name
+    if not os.path.lexists(candidate_suite_path):
+        return [f"removes the suite file {name}"]
+    if candidate_suite_path.is_symlink() or not files.inside(candidate_suite_path, tree):
+        return [f"the PR's suite file {name} is a link: not read"]
     if not candidate_suite_path.is_file():
-        return [f"removes the suite file {candidate_suite_path.name}"]
+        return [f"the PR's suite file {name} is not a regular file: not read"]
     try:
         theirs = load_suite(candidate_suite_path, known_kernels=_AnyKernel())
     except GuardError as exc:
@@ -236,16 +338,16 @@ def measure(
             candidate = Path(args.candidate_tree).resolve()
             if not (candidate / "kernels").is_dir():
                 raise BadInput(f"--candidate-tree {candidate}: no kernels/ folder there")
-            suite, theirs = core.open_suite(args.suite), candidate / args.suite
+            suite, theirs, pr_tree = core.open_suite(args.suite), candidate / args.suite, candidate
             base_arm = Arm("baseline", None, base[:12])
             tested = os.environ.get("TESTED_SHA", "")[:12] or "candidate"
             cand_arm = Arm("candidate", str(candidate), tested)
         else:
-            suite, theirs = _suite_at(base, args.suite), Path(args.suite)
+            suite, theirs, pr_tree = _suite_at(base, args.suite), Path(args.suite), Path.cwd()
             tree = stack.enter_context(core.worktree(base))
             base_arm = Arm("baseline", str(tree), base[:12])
             cand_arm = Arm("candidate", None, "working tree")
-        changes = policy_changes(suite, theirs)
+        changes = policy_changes(suite, theirs, pr_tree)
         if args.kernels:
             suite = suite.select(args.kernels)
         progress = terminal.ProgressPrinter(prefix="[perf-guard]")
@@ -263,7 +365,6 @@ def write_reports(
 ) -> None:
     results.save(comparison.candidate, out_dir / "results.json")
     results.save(comparison.baseline, out_dir / "base-results.json")
-    results.write_atomic(out_dir / "compare.md", render.comparison_markdown(comparison))
     if html:
         from guard import report
 
@@ -271,13 +372,17 @@ def write_reports(
         results.write_atomic(out_dir / "report.html", page)
 
 
-def run(args: argparse.Namespace, out_dir: Path) -> Outcome:
-    """The whole check; every failure becomes an Outcome, never an exception."""
+def run(
+    args: argparse.Namespace, out_dir: Path, pr_number: int | None = None
+) -> tuple[Outcome, str]:
+    """The whole check; every failure becomes an Outcome, never an exception. With it,
+    the Markdown table of every case ("" when nothing was measured), kept in memory for
+    the job summary (a compare.md in ``out_dir`` may be an earlier run's)."""
     context = {
         "gpu": os.environ.get("GPU_LABEL", ""),
         "head_sha": os.environ.get("HEAD_SHA", ""),
         "tested_commit": os.environ.get("TESTED_SHA", "") or os.environ.get("HEAD_SHA", ""),
-        "pr_number": _pr_number(),
+        "pr_number": pr_number,
         "run_url": _run_url(),
     }
     try:
@@ -300,11 +405,14 @@ def run(args: argparse.Namespace, out_dir: Path) -> Outcome:
             else CheckVerdict.BAD_INPUT
         )
         headline = f"NO VERDICT: {text.one_line(exc)}"
-        return Outcome(verdict, headline, **context)  # type: ignore[arg-type]
+        return Outcome(verdict, headline, **context), ""  # type: ignore[arg-type]
     except Exception as exc:  # a bug in the guard: infrastructure, never the PR's verdict
         print_untrusted("".join(traceback.format_exception(exc)).rstrip())
         message = f"the guard crashed: {type(exc).__name__}: {text.one_line(exc)}"
-        return Outcome(CheckVerdict.INFRASTRUCTURE, message, **context)  # type: ignore[arg-type]
+        outcome = Outcome(CheckVerdict.INFRASTRUCTURE, message, **context)  # type: ignore[arg-type]
+        return outcome, ""
+    # A local run has no GPU_LABEL: the heading names the GPU the candidate ran on.
+    context["gpu"] = context["gpu"] or comparison.candidate.environment.gpu_name
     notes = _stored_context(comparison, args.baselines, args.device)
     outcome = comparison.outcome(
         policy_changes=tuple(changes),
@@ -313,21 +421,29 @@ def run(args: argparse.Namespace, out_dir: Path) -> Outcome:
         **context,
     )
     outcome = replace(outcome, notes=(*outcome.notes, *notes))
+    every_case = ""
     try:
+        every_case = render.comparison_markdown(comparison)
+        results.write_atomic(out_dir / "compare.md", every_case)
         write_reports(out_dir, comparison, args.html, profiles)
     except Exception as exc:  # the verdict stands; say what failed
         print_untrusted("".join(traceback.format_exception(exc)).rstrip())
         text.annotate("warning", "perf-guard report", f"writing a report failed: {exc}")
-    return outcome
+    return outcome, every_case
 
 
-def publish(outcome: Outcome, out_dir: Path) -> None:
+def publish(outcome: Outcome, out_dir: Path, every_case: str = "") -> None:
     """Everything GitHub sees, rendered from the one outcome."""
     results.write_atomic(out_dir / OUTCOME_FILE, json.dumps(outcome.to_json(), indent=1) + "\n")
     text.emit_commands(render.annotations(outcome))
-    for path in outcome.baseline_changes:
+    listed = outcome.baseline_changes[:MAX_LISTED_ANNOTATIONS]
+    for path in listed:
         message = f"{path}: takes effect after merge"
-        text.annotate("warning", "This PR changes a baseline", message, path)
+        file = path.split(" (")[0] if path.endswith(": not read)") else path  # "x (a link: ...)"
+        text.annotate("warning", "This PR changes a baseline", message, file)
+    if len(outcome.baseline_changes) > len(listed):
+        more = len(outcome.baseline_changes) - len(listed)
+        text.annotate("warning", "This PR changes a baseline", f"and {more} more file(s)")
     if outcome.policy_changes:
         text.annotate(
             "warning",
@@ -336,9 +452,8 @@ def publish(outcome: Outcome, out_dir: Path) -> None:
             + "; ".join(outcome.policy_changes[:10]),
         )
     summary = comment.markdown([outcome]).replace(comment.MARKER + "\n", "")
-    compare_md = out_dir / "compare.md"
-    if compare_md.exists():
-        summary += "\n<details><summary>Every case</summary>\n\n" + compare_md.read_text("utf-8")
+    if every_case:
+        summary += "\n<details><summary>Every case</summary>\n\n" + every_case
         summary += "\n</details>\n"
     text.append_step_summary(summary)
     write_outputs(
@@ -383,10 +498,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    out_dir: Path = args.out_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
-    outcome = run(args, out_dir)
-    publish(outcome, out_dir)
+    try:
+        pr_number = check_setup(args)
+    except GuardError as exc:  # before measuring: nothing to publish, one line
+        text.annotate("error", "perf-guard", str(exc))
+        print(f"[perf-guard] error: {text.one_line(exc)}", file=sys.stderr)
+        return int(exc.exit_code)
+    outcome, every_case = run(args, args.out_dir, pr_number)
+    try:
+        publish(outcome, args.out_dir, every_case)
+    except OSError as exc:  # checked writable before measuring; a full disk, say
+        code = outcome.exit_code if outcome.exit_code != ExitCode.PASS else ExitCode.INFRA
+        print(f"[perf-guard] error: publishing the outcome failed: {exc}", file=sys.stderr)
+        print(f"[perf-guard] {text.one_line(outcome.headline)}, exit code {int(code)}",
+              file=sys.stderr)  # fmt: skip
+        return int(code)
     print(f"[perf-guard] {text.one_line(outcome.headline)}", file=sys.stderr)
     print(
         f"[perf-guard] verdict {outcome.verdict.value}, exit code {int(outcome.exit_code)}",

@@ -546,35 +546,52 @@ def with_resource_changes(
 ) -> Comparison:
     """The comparison with each case's compiler-resource changes (registers, spills,
     shared memory, config) between the two trees, compiled without a GPU. A change is
-    a note beside the verdict, never a failure; when it cannot be computed (no suite
-    file, a compile failure), a note says so and the verdict stands."""
-    from guard import resources
-
-    if not suite.source or not Path(suite.source).is_file():
-        return comparison
-    names = sorted({c.name for c in suite.cases})
-    kernels_ = sorted({c.kernel for c in suite.cases})
+    a note beside the verdict, never a failure; when it cannot be computed (a compile
+    failure, records from one tree only), a note says so and the verdict stands: a hook
+    that could not report must not look like "no change"."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def collect(root: str) -> resources.ResourceReport:
-        return resources.collect_in_tree(
-            root, suite.source, arches, 300, kernels=kernels_, case_names=names
-        )
+    import yaml
 
-    try:
-        with ThreadPoolExecutor(max_workers=2) as pool:  # two child processes at once
-            base_future, head_future = (
-                pool.submit(collect, base_root),
-                pool.submit(collect, head_root),
-            )
-            try:
-                base, head = base_future.result(), head_future.result()
-            except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM (sigterm_unwinds)
-                kill_running_groups()  # or the pool waits out the children's timeout
-                raise
-    except GuardError as exc:
-        note = f"compiler resources not compared: {shown(str(exc))}"
+    from guard import resources
+
+    def unavailable(why: str) -> Comparison:
+        note = f"compiler resources not compared: {why}"
         return replace(comparison, notes=(*comparison.notes, note))
+
+    names = sorted({c.name for c in suite.cases})
+    kernels_ = sorted({c.kernel for c in suite.cases})
+    with tempfile.TemporaryDirectory(prefix="guard-suite-") as tmp:
+        suite_file = suite.source
+        if not suite_file or not Path(suite_file).is_file():
+            # A suite read from a commit (guard.ci --base: "suites/default.yaml@<sha>")
+            # has no file here: the child reads the same parsed YAML from a copy.
+            if not suite.raw:
+                return unavailable(f"the suite {shown(suite.source)} has no file to compile from")
+            suite_file = str(Path(tmp) / "suite.yaml")
+            try:
+                Path(suite_file).write_text(yaml.safe_dump(suite.raw, sort_keys=False), "utf-8")
+            except (OSError, yaml.YAMLError) as exc:
+                return unavailable(f"cannot copy the suite {shown(suite.source)}: {exc}")
+
+        def collect(root: str) -> resources.ResourceReport:
+            return resources.collect_in_tree(
+                root, suite_file, arches, 300, kernels=kernels_, case_names=names
+            )
+
+        try:
+            with ThreadPoolExecutor(max_workers=2) as pool:  # two child processes at once
+                base_future, head_future = (
+                    pool.submit(collect, base_root),
+                    pool.submit(collect, head_root),
+                )
+                try:
+                    base, head = base_future.result(), head_future.result()
+                except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM (sigterm_unwinds)
+                    kill_running_groups()  # or the pool waits out the children's timeout
+                    raise
+        except GuardError as exc:
+            return unavailable(shown(str(exc)))
     changes = resources.diff_cases(base.cases, head.cases)
     cases = tuple(
         replace(c, resource_changes=tuple(str(x) for x in changes.get(c.case_id, ())))
@@ -589,6 +606,15 @@ def with_resource_changes(
             *notes,
             f"compiler resources not compared for {len(skipped)} case(s), e.g. {cid} on "
             f"{arch}: {shown(reason)}",
+        )
+    one_tree = sorted(set(base.cases) ^ set(head.cases))  # a hook added or removed
+    if one_tree:
+        side = "head" if one_tree[0] in head.cases else "base"
+        notes = (
+            *notes,
+            f"compiler resources not compared for {len(one_tree)} case(s) that have records "
+            f"in one tree only (a resources hook added or removed), e.g. {one_tree[0]} "
+            f"(only in the {side})",
         )
 
     def stored(run: RunResult, report: resources.ResourceReport) -> RunResult:

@@ -11,6 +11,9 @@ suite. Its history is a pull request's:
              sets alpha to 1e-6, widens the threshold and edits guard/stats.py so that
              every interval is "unchanged"                       -> still exit 1
     B..wrong demo returns wrong numbers                        -> wrong results (exit 1)
+    H0..H1   (branched from B) H0 gives demo a compiler-resources hook reporting 32
+             registers, H1 raises them to 40: the local mode (a checkout of H1,
+             ``--base H0``, no ``--candidate-tree``) names the rise
 
 As in the workflow, the base is checked out in one folder (the judge, whose guard runs)
 and the PR in another (``--candidate-tree``, whose ``kernels/`` alone is imported),
@@ -68,6 +71,26 @@ REGISTRY["demo"] = KernelSpec(
     probe=_any_device,
     source_files=("demo.py",),
 )
+"""
+
+
+HOOK = """\
+REGISTERS = {registers}
+
+
+def resources(params, arch):  # what a compile for arch would report (none is run)
+    return [{{"arch": arch, "kernel": "demo_kernel", "registers": REGISTERS,
+             "spill_store_bytes": 0, "spill_load_bytes": 0, "shared_bytes": 0,
+             "num_warps": 4, "num_stages": 1, "grid": [1]}}]
+"""
+
+REGISTER_HOOK = """
+
+import dataclasses as _dataclasses
+
+from kernels.demo_resources import resources as _demo_resources
+
+REGISTRY["demo"] = _dataclasses.replace(REGISTRY["demo"], resources=_demo_resources)
 """
 
 
@@ -132,12 +155,21 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
             + "\n\ndef classify(interval, rule):  # the PR's 'fix'\n    return Verdict.UNCHANGED\n"
         )
 
+    def hook() -> None:
+        (path / "kernels" / "demo_resources.py").write_text(HOOK.format(registers=32))
+        with (path / "kernels" / "registry.py").open("a") as fh:
+            fh.write(REGISTER_HOOK)
+
     prs = {
         "same": pr("same", lambda: (path / "NOTES.md").write_text("an unrelated change\n")),
         "slow": pr("slow", lambda: _demo(path, 6)),
         "rig": pr("rig", rig),
         "wrong": pr("wrong", lambda: _demo(path, 2, wrong=True)),
+        "hook-base": pr("hook", hook),
     }
+    (path / "kernels" / "demo_resources.py").write_text(HOOK.format(registers=40))
+    _git(path, "commit", "-qam", "H1: more registers")
+    prs["hook-head"] = _git(path, "rev-parse", "HEAD")
     _git(path, "checkout", "-q", "main")
     return Repo(path, base, prs)
 
@@ -206,6 +238,32 @@ def run_check(repo: Repo, pr: str, tmp_path: Path) -> Result:
     )
 
 
+def run_local_check(repo: Repo, base: str, head: str, tmp_path: Path) -> Result:
+    """A local run: in a checkout of ``head``, ``python -m guard.ci --base BASE`` (no
+    --candidate-tree: the base's kernels are measured from a temporary worktree, the
+    policy is the base commit's suite file, read from git). No GPU_LABEL."""
+    tree, out_dir, summary = tmp_path / "pr", tmp_path / "out", tmp_path / "summary.md"
+    _git(repo.path, "worktree", "add", "-q", "--detach", str(tree), head)
+    env = _env()
+    env.update(GITHUB_STEP_SUMMARY=str(summary), PYTHONPATH=str(tree))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "guard.ci", "--device", "cpu", "--base", base,
+             "--suite", "suites/ci.yaml", "--out-dir", str(out_dir)],
+            cwd=tree, env=env, capture_output=True, text=True, timeout=400,
+        )  # fmt: skip
+    finally:
+        _git(repo.path, "worktree", "remove", "--force", str(tree))
+    return Result(
+        proc.returncode,
+        proc.stdout,
+        proc.stderr,
+        summary.read_text() if summary.exists() else "",
+        {},
+        json.loads((out_dir / "meta.json").read_text()),
+    )
+
+
 def _why(r: Result) -> str:
     return f"exit {r.code}\n--- stderr\n{r.stderr[-4000:]}\n--- summary\n{r.summary[-3000:]}"
 
@@ -255,3 +313,16 @@ def test_wrong_results_fail(repo: Repo, tmp_path: Path) -> None:
     assert r.code == 1, _why(r)
     assert r.outcome["verdict"] == "wrong-results"
     assert _case(r, DEMO_CASE)["verdict"] == "wrong"
+
+
+def test_the_local_mode_names_compiler_resource_changes(repo: Repo, tmp_path: Path) -> None:
+    """Without --candidate-tree the judge's suite is read from the base commit (no file
+    here): the resource hooks must still run in both trees, and a change be named."""
+    r = run_local_check(repo, repo.prs["hook-base"], repo.prs["hook-head"], tmp_path)
+    assert r.code in (0, 1) and r.outcome["verdict"] != "no-verdict", _why(r)
+    assert r.outcome["judge_commit"] == repo.prs["hook-base"]
+    assert r.outcome["policy_changes"] == []  # the same suite file in both commits
+    assert _case(r, DEMO_CASE)["notes"] == ["sm_90 demo_kernel: registers 32 -> 40"], _why(r)
+    assert not [n for n in r.outcome["notes"] if "compiler resources" in n], r.outcome["notes"]
+    # No GPU_LABEL: the heading names the device the run recorded, not just "GPU".
+    assert r.outcome["gpu"].startswith("CPU ("), r.outcome["gpu"]
