@@ -404,11 +404,14 @@ def run(
             if exc.exit_code == ExitCode.INFRA
             else CheckVerdict.BAD_INPUT
         )
-        headline = f"NO VERDICT: {text.one_line(exc)}"
+        headline = f"{verdict.label}: {text.one_line(exc)}"
         return Outcome(verdict, headline, **context), ""  # type: ignore[arg-type]
     except Exception as exc:  # a bug in the guard: infrastructure, never the PR's verdict
         print_untrusted("".join(traceback.format_exception(exc)).rstrip())
-        message = f"the guard crashed: {type(exc).__name__}: {text.one_line(exc)}"
+        message = (
+            f"{CheckVerdict.INFRASTRUCTURE.label}: the guard crashed: "
+            f"{type(exc).__name__}: {text.one_line(exc)}"
+        )
         outcome = Outcome(CheckVerdict.INFRASTRUCTURE, message, **context)  # type: ignore[arg-type]
         return outcome, ""
     # A local run has no GPU_LABEL: the heading names the GPU the candidate ran on.

@@ -59,7 +59,20 @@ class CheckVerdict(str, enum.Enum):
     def words(self) -> str:
         return _WORDS[self]
 
+    @property
+    def label(self) -> str:
+        """The word a headline starts with (``LABEL: why``)."""
+        return _LABEL[self]
 
+
+_LABEL = {
+    CheckVerdict.PASS: "PASS",
+    CheckVerdict.REGRESSION: "FAIL",
+    CheckVerdict.WRONG_RESULTS: "FAIL",
+    CheckVerdict.NO_VERDICT: "NO VERDICT",
+    CheckVerdict.BAD_INPUT: "BAD INPUT",
+    CheckVerdict.INFRASTRUCTURE: "ERROR",
+}
 _EXIT = {
     CheckVerdict.PASS: ExitCode.PASS,
     CheckVerdict.REGRESSION: ExitCode.FAIL,

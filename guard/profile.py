@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from guard.errors import cut
-from guard.proc import GroupRun, child_env, run_group
+from guard.proc import GroupRun, child_env, run_group, strays_text
 from guard.profile_target import ERROR_PREFIX, NVTX_RANGE
 from guard.suite import Case
 from guard.text import md_code, md_table, md_text
@@ -348,6 +348,8 @@ def _profile_arm(
             f"profiling budget spent: ncu on {arm} ran past {timeout_s:.3g} s "
             f"({budget_s:g} s for both arms) and was killed"
         )
+    if run.strays:  # killed by run_group; a profile of such a run is not trusted
+        raise _Skip(f"ncu on {arm} left {strays_text(run.strays)} running: killed")
     if "ERR_NVGPUCTRPERM" in run.stdout or "ERR_NVGPUCTRPERM" in run.stderr:
         raise _Skip(COUNTERS_HINT)
     profile = kernel_profile(parse_raw_csv(run.stdout))

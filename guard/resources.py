@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from guard import files, limits
 from guard.errors import BadInput, ExitCode, GuardError, InfraError
-from guard.proc import child_env, local_kernels_root, run_group
+from guard.proc import child_env, local_kernels_root, run_group, strays_text
 
 if TYPE_CHECKING:
     from guard.suite import Suite
@@ -438,6 +438,9 @@ def collect_in_tree(
             raise InfraError(f"cannot start the resources process ({exc})") from None
         if run.returncode is None:
             raise InfraError(f"compiling for resources in {tree} timed out after {timeout_s:g} s")
+        if run.strays:  # killed by run_group; the tree's code must not leave any
+            left = strays_text(run.strays)
+            raise InfraError(f"compiling {tree} left {left} running: killed")
         rc, output = run.returncode, (run.stdout + run.stderr)[-_TAIL:]
         if rc == ExitCode.BAD_INPUT:
             last = output.strip().splitlines()[-1] if output.strip() else "bad input"
@@ -468,9 +471,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kernels", nargs="*", default=None, help="only these kernels")
     parser.add_argument("--cases", nargs="*", default=None, help="only these case names")
     args = parser.parse_args(argv)
-    if args.kernels_root:
-        sys.path.insert(0, str(Path(args.kernels_root).resolve()))  # its kernels, this guard
     try:
+        if args.kernels_root:  # its kernels (and no other tree's), this guard
+            from guard.proc import import_kernels_from
+
+            import_kernels_from(args.kernels_root)
         from guard.results import write_atomic
         from guard.suite import load_suite
 

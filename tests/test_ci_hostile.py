@@ -258,7 +258,7 @@ def test_the_summary_has_this_runs_cases_never_a_stale_compare_md(
     # The candidate has no kernels/: no verdict, nothing measured, no table of cases.
     assert ci.main(ARGV) == 2
     summary = (tmp_path / "summary.md").read_text()
-    assert "NO VERDICT" in summary and "no kernels/ folder" in summary
+    assert "BAD INPUT: " in summary and "no kernels/ folder" in summary
     assert "STALE" not in summary and "Every case" not in summary
     # Measured: the table comes from memory, the same as the compare.md written beside it.
     _measured(monkeypatch)
@@ -267,6 +267,25 @@ def test_the_summary_has_this_runs_cases_never_a_stale_compare_md(
     summary = (tmp_path / "summary.md").read_text()
     table = (tmp_path / "out" / "compare.md").read_text()
     assert "STALE" not in table and "Every case" in summary and table.strip() in summary
+
+
+def test_a_failed_check_is_headed_by_its_verdict_not_no_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash of the PR's code (exit 3) or a bad tree (exit 2) was headed "NO VERDICT"."""
+    from guard.errors import BadInput, InfraError
+
+    _in_actions(monkeypatch, tmp_path)
+    meta = tmp_path / "out" / ci.OUTCOME_FILE
+    for error, code, label in ((InfraError, 3, "ERROR: "), (BadInput, 2, "BAD INPUT: ")):
+
+        def fail(args: object, base: str, error: type[Exception] = error) -> None:
+            raise error("the candidate's code left 1 process running")
+
+        monkeypatch.setattr(ci, "measure", fail)
+        assert ci.main(ARGV) == code
+        headline = json.loads(meta.read_text())["headline"]
+        assert headline == f"{label}the candidate's code left 1 process running", headline
 
 
 # ------------------------------------------------------------------ compiler resources

@@ -198,3 +198,44 @@ def test_progress_lines_cannot_write_workflow_commands(capsys, monkeypatch):
     assert len(lines) == 5, lines
     assert not [line for line in lines if line.lstrip().startswith("::")], lines
     assert "k/x ::error::injected ::warning::twice ::stop-commands::t" in lines[1]
+
+
+def _left_a_daemon(*args: object, **kwargs: object) -> proc.GroupRun:
+    """run_group's answer when the child left a process outside its group (killed)."""
+    return proc.GroupRun(0, "", "", strays=(proc.Stray(4242, "sleep"),))
+
+
+def test_a_resources_child_that_leaves_a_process_is_an_infrastructure_error(
+    tmp_path, monkeypatch
+):
+    """The compile-only child runs the tree's code too: what it leaves is named, not
+    taken for a clean compile (run_group has killed it)."""
+    from guard import resources
+    from guard.errors import InfraError
+
+    monkeypatch.setattr(resources, "run_group", _left_a_daemon)
+    with pytest.raises(InfraError, match=r"left 1 process \(4242 sleep\) running: killed"):
+        resources.collect_in_tree(ROOT, ROOT / "suites" / "default.yaml", ["sm_90"])
+
+
+def test_a_profile_whose_run_left_a_process_is_skipped_and_says_why(tmp_path, monkeypatch):
+    from conftest import make_case
+
+    from guard import profile
+
+    monkeypatch.setattr(profile, "run_group", _left_a_daemon)
+    pc = profile.profile_case(make_case(), ROOT, ROOT, ncu="/bin/true")
+    assert pc.skipped and "left 1 process (4242 sleep) running: killed" in pc.skipped_reason
+
+
+def test_the_resources_child_imports_only_its_trees_kernels(tmp_path):
+    """A tree whose kernels/ is a namespace package would compile the guard's kernels."""
+    (tmp_path / "kernels").mkdir()
+    out = tmp_path / "r.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "guard.resources", "--kernels-root", str(tmp_path),
+         "--suite", str(ROOT / "suites" / "default.yaml"), "--out", str(out)],
+        cwd=ROOT, env=proc.child_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == ExitCode.BAD_INPUT, run.stderr
+    assert "no __init__.py" in run.stderr and not out.exists()
