@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/bench_gluon.py --out DIR [--budget-s 280]
 
-One GPU session, every provider in its own subprocess with a deadline (a deadlocked
+One GPU process tree, every provider in its own subprocess with a deadline (a deadlocked
 mbarrier pipeline must cost one provider, not the run):
 
 1. ``host``: ``benchmarks/host_overhead.py`` (eager µs per call, S <= 1024).
@@ -12,7 +12,7 @@ mbarrier pipeline must cost one provider, not the run):
      77, 1000, 2049, seq_q != seq_k both ways, GQA, a (B, S, H, D)-strided q, fp16
      and bf16, head_dim 64 and 128, causal and not, NaN-poisoned ``out``. Pass:
      relative norm error <= 2 x SDPA's own error on the same inputs (+1e-6), finite;
-   - speed on the issue's shapes: a CUDA graph of k calls (~5 ms) replayed 15 times,
+   - speed on the nine benchmark shapes: a CUDA graph of k calls (~5 ms) replayed 15 times,
      median per call; the output of each shape checked first on its first and last
      (batch, head) slices.
 3. ``paired`` (``--paired``, one subprocess): the ratio to SDPA default measured side

@@ -9,7 +9,7 @@ analyze  (CPU) form PR-like checks from the pool and apply the guard's rule and 
          optionally write docs/CALIBRATION.md and a JSON summary.
 
 python benchmarks/calibrate.py collect --out DIR --seconds 500          # on the GPU
-python benchmarks/calibrate.py analyze --data docs/data/calibration-*.json.gz
+python benchmarks/calibrate.py analyze --data docs/data/h100-2026-11-26/calibration-*.json.gz
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def analyze(args) -> int:
     the calibrated margin. ``--mode stored``: a stored baseline of
     ``--baseline-rounds`` against a candidate growing; with ``--across`` the baseline
     comes from the first ``--data`` pool and the candidate from the ``--across`` pool
-    (another lease), and the rule adds the drift allowance."""
+    (another machine), and the rule adds the drift allowance."""
     import numpy as np
 
     from benchmarks import calibration_study as cal
@@ -349,7 +349,7 @@ def main() -> int:
     )
     a.add_argument("--min-effect", type=float, nargs="+", default=[0.02])
     a.add_argument("--mode", choices=["paired", "stored"], default="paired")
-    a.add_argument("--across", nargs="+", help="candidate pools from another lease (stored)")
+    a.add_argument("--across", nargs="+", help="candidate pools from another machine (stored)")
     a.add_argument("--suite", default="suites/default.yaml", help="margin, drift, alpha")
     a.add_argument("--guard-only", action="store_true", help="skip the anchor rules")
     a.add_argument("--seed", type=int, default=0)

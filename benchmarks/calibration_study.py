@@ -12,7 +12,7 @@ Rules compared on the same samples:
   when a one-sided 95% bound rules out the minimum effect), with sequential extension
   of inconclusive workloads from ``rounds`` up to ``max_rounds``. Paired checks (both
   arms from one machine, both growing) use the calibrated margin; stored-baseline
-  checks (``make_checks_across``: baseline from one lease, candidate from another) add
+  checks (``make_checks_across``: baseline from one machine, candidate from another) add
   the drift allowance to the margin and to the effect.
 - ``pytest-benchmark median:5%``: candidate median > 1.05 x baseline median
   (pytest-benchmark's ``--benchmark-compare-fail=median:5%``, samples pooled).
@@ -184,7 +184,7 @@ def make_checks_across(
 ) -> list[Check]:
     """Checks across two machines: a stored baseline of ``baseline_rounds`` rounds from
     pool A (indices ``0..n_a-1``), a candidate from pool B (``n_a..n_a+n_b-1``), as when
-    a baseline recorded on one lease judges a run on another."""
+    a baseline recorded on one machine judges a run on another."""
     if n_a < baseline_rounds or n_b < per_arm + reserve:
         raise ValueError("the pools are too small for these checks")
     checks = []

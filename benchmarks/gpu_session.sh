@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# One device-machine call: environment, GPU correctness tests, kernel tuning tables,
-# and the guard itself. Phases are chosen by name so a call fits the 10-minute limit:
+# GPU work by named phase: environment, GPU correctness tests, kernel tuning tables,
+# the Gluon benchmark, calibration pools and the guard itself. Each phase has its own
+# time limit, so a few phases fit one sitting of a few minutes:
 #   benchmarks/gpu_session.sh env tests tune guard
-# Everything lands in $OUT (or ./gpu-out) with a log per phase.
+# Everything lands in $OUT (or ./gpu-out) with a log per phase. benchmarks/README.md
+# lists the phases and what each writes.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 3
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -52,7 +54,7 @@ for p in "$@"; do
       phase gluon-gate 30 python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; mine=[r for r in rows if r.get("name") in ("triton","triton+gluon")]; bad=[r for r in mine if not r.get("ok") or r.get("error")]; n=sum(r.get("kind")=="check" for r in mine); print(f"{len(mine)-len(bad)}/{len(mine)} checks and timed-output checks of the dispatch pass ({n} checks)"); sys.exit(1 if bad or not n else 0)' "$OUT/results.jsonl" || GATE_FAILED=1 ;;
     ncu-gluon)
       phase ncu-gluon 150 python3 benchmarks/ncu_gluon.py --out "$OUT" --budget-s 60 ;;
-    pack)  # at most 8 files come back from a device call: all but the baselines in one tarball
+    pack)  # all but the baselines in one tarball, for a runner that returns few files
       (cd "$OUT" && tar czf /tmp/session.tgz --exclude='./nvidia-*.json' . \
         && find . -type f ! -name 'nvidia-*.json' -delete \
         && find . -mindepth 1 -type d -empty -delete; mv /tmp/session.tgz .) ;;

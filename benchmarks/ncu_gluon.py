@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# (batch, heads, seq, head_dim, causal, dtype): the headline shape and the
+# (batch, heads, seq, head_dim, causal, dtype): the headline shape and the
 # hd-64 shape where the Gluon kernel is behind cuDNN.
 SHAPES = [(4, 32, 4096, 128, False, "float16"), (8, 32, 1024, 64, True, "bfloat16")]
 

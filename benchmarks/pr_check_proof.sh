@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The PR check as the workflow runs it, on a GPU: this checkout is the judge (the base
 # commit); each "PR" is a copy of it with one change, passed as --candidate-tree.
-# Phases by name (each within a 10-minute call):
+# Phases by name (each bounded by PHASE_LIMIT; benchmarks/README.md lists them):
 #   same      an unchanged tree (identical kernels: decided without timing)
 #   timed     the unchanged tree, gated kernels timed anyway (--time-identical)
 #   gluon-off a planted regression: the Gluon dispatch of hd-128 non-causal raised to
@@ -24,7 +24,7 @@
 # Exit code, verdicts per case and wall time of each go to $OUT/<phase>.* and a line each;
 # PHASE_LIMIT (seconds, default 590) bounds each guard process.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 3
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTN_GUARD_CACHE=${ATTN_GUARD_CACHE:-/tmp/attn-guard-cache}

@@ -1,6 +1,6 @@
 """Check and time Triton FlashAttention variants side by side with torch SDPA, in one call.
 
-Run on the GPU the numbers are for (one device call does everything):
+Run on the GPU the numbers are for (one invocation does everything):
 
     PYTHONPATH=. python3 benchmarks/triton_variants.py --out DIR
     PYTHONPATH=. python3 benchmarks/triton_variants.py --profile 4x32x4096x128:full \

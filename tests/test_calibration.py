@@ -16,37 +16,40 @@ from guard.stats import Rule
 from guard.suite import load_suite
 
 DATA = Path(__file__).resolve().parent.parent / "docs" / "data"
+H100 = DATA / "h100-2026-11-26"
+H200 = DATA / "h200-2026-11-26"
+# Pools of fresh-process rounds, named by GPU, sampling mode and start time (UTC).
 POOLS = {
-    "h100": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T015138.json.gz",
-    "h100-lease2": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T060519.json.gz",
-    "h200": DATA / "calibration-nvidia-h200-20261126T013617.json.gz",
-    # Sampled in the suite's "sustained" load mode, on two H100 leases; the second was
-    # collected with the Gluon dispatch on (the four S >= 1024 shapes run it).
-    "h100-sustained-lease3": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T070736.json.gz",
-    "h100-sustained-lease4": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T090008.json.gz",
-    # A third sustained lease, 28 rounds (hd-64 causal on the overlapped Gluon kernel):
-    # enough for the PR check's extension to 14 rounds per arm.
-    "h100-sustained-lease5": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T105838.json.gz",
-    # A fourth, 46 rounds, the same kernels as lease 5: the full plan (to 20 per arm),
-    # and an across-lease A/A check with identical kernels.
-    "h100-sustained-lease6": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T111905.json.gz",
-    # A fifth, next session, 42 rounds: hd-128 non-causal on the persistent Gluon kernel.
-    "h100-sustained-lease7": DATA / "calibration-nvidia-h100-80gb-hbm3-20261126T140151.json.gz",
-    # An H200 in sustained mode (700 W cap), 47 rounds, the kernels of the H100's seventh.
-    "h200-sustained": DATA / "calibration-nvidia-h200-20261126T152507.json.gz",
+    "h100-bursts-0151": H100 / "calibration-bursts-0151.json.gz",  # 56 rounds
+    "h100-bursts-0605": H100 / "calibration-bursts-0605.json.gz",  # 28 rounds, another machine
+    "h200-bursts-0136": H200 / "calibration-bursts-0136.json.gz",  # 61 rounds
+    # The suite's "sustained" load mode; 09:00 has the Gluon dispatch on (the four
+    # S >= 1024 shapes run it).
+    "h100-sustained-0707": H100 / "calibration-sustained-0707.json.gz",  # 23 rounds
+    "h100-sustained-0900": H100 / "calibration-sustained-0900.json.gz",  # 25 rounds
+    # 28 rounds, hd-64 causal on the overlapped Gluon kernel: enough for the PR check's
+    # extension to 14 rounds per arm.
+    "h100-sustained-1058": H100 / "calibration-sustained-1058.json.gz",
+    # 46 rounds, the same kernels as 10:58: the full plan (to 20 per arm), and an
+    # across-machine A/A check with identical kernels.
+    "h100-sustained-1119": H100 / "calibration-sustained-1119.json.gz",
+    # 42 rounds, hd-128 non-causal on the persistent Gluon kernel.
+    "h100-sustained-1401": H100 / "calibration-sustained-1401.json.gz",
+    # An H200 in sustained mode (700 W cap), 47 rounds, the kernels of the 14:01 pool.
+    "h200-sustained-1525": H200 / "calibration-sustained-1525.json.gz",
 }
 # Published lower bounds (docs/CALIBRATION.md), less slack for the smaller re-run; the
 # +2% goal is for S >= 512 (the 128-token shape is launch-bound: 1-1.8% noise). None:
 # a pool too small for the +2% goal (23-25 rounds cap the extension at 11-12 per arm).
 MIN_POWER_PLUS2_LONG = {
-    "h100": 0.85,
-    "h200": 0.80,  # one check short of the goal there
-    "h100-sustained-lease3": None,
-    "h100-sustained-lease4": None,
-    "h100-sustained-lease5": 0.85,
-    "h100-sustained-lease6": 0.85,
-    "h100-sustained-lease7": 0.85,
-    "h200-sustained": 0.80,  # 0.87 at (1, 16, 1024, 64) over 100 checks
+    "h100-bursts-0151": 0.85,
+    "h200-bursts-0136": 0.80,  # one check short of the goal there
+    "h100-sustained-0707": None,
+    "h100-sustained-0900": None,
+    "h100-sustained-1058": 0.85,
+    "h100-sustained-1119": 0.85,
+    "h100-sustained-1401": 0.85,
+    "h200-sustained-1525": 0.80,  # 0.87 at (1, 16, 1024, 64) over 100 checks
 }
 SHORT = "b1-h8-s128-d64-full"
 
@@ -81,15 +84,15 @@ def test_paired_rates_hold(gpu):
 @pytest.mark.parametrize(
     "pair",
     [
-        ("h100", "h100-lease2"),
-        ("h100-sustained-lease6", "h100-sustained-lease5"),
-        # Across sessions; one workload's kernel differs (hd-128 full: per-tile, then the
-        # persistent kernel, about 3% faster), within the drift allowance both ways.
-        ("h100-sustained-lease7", "h100-sustained-lease6"),
+        ("h100-bursts-0151", "h100-bursts-0605"),
+        ("h100-sustained-1119", "h100-sustained-1058"),
+        # One workload's kernel differs (hd-128 full: per-tile, then the persistent
+        # kernel, about 3% faster), within the drift allowance both ways.
+        ("h100-sustained-1401", "h100-sustained-1119"),
     ],
 )
-def test_a_stored_baseline_from_another_lease_never_fails_an_unchanged_tree(pair):
-    """Baseline from one H100 lease, candidate from another: the drift allowance."""
+def test_a_stored_baseline_from_another_machine_never_fails_an_unchanged_tree(pair):
+    """Baseline from one H100 pool, candidate from another machine: the drift allowance."""
     plan = load_suite("suites/default.yaml").timing
     base, workloads = _pool(pair[0])
     other, _ = _pool(pair[1])
@@ -105,7 +108,7 @@ def test_a_stored_baseline_from_another_lease_never_fails_an_unchanged_tree(pair
 
 
 def test_anchor_rules_are_as_published():
-    rounds, workloads = _pool("h100")
+    rounds, workloads = _pool("h100-bursts-0151")
     checks = cal.make_checks(len(rounds), 6, 0, 20, np.random.default_rng(3))
     mw = cal.evaluate(rounds, workloads, ["plus2"], cal.rule_mann_whitney, checks, "mw")
     pb = cal.evaluate(rounds, workloads, ["plus5"], cal.rule_pytest_benchmark, checks, "pb")
