@@ -5,7 +5,7 @@
 The compile-only machinery is ``kernels/triton_compile.py`` (a target-only triton
 driver; launches become compiles, so the real launcher and the runtime's argument
 specialization run unchanged on CPU tensors of the suite's shapes), and the launcher's
-choice of config and path for an arch is ``kernels/triton_flash_resources.launch_plan``;
+choice of config and path for an arch is ``kernels/triton_flash_resources.choice_for``;
 the guard collects the same records per case (``guard/resources.py``). For each
 (shape, config) this prints registers, spill bytes (``ptxas -v`` of the kernel's PTX,
 with triton's bundled ptxas), shared memory, warps, and counts of wgmma / TMA /
@@ -31,10 +31,11 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tune_triton  # benchmarks/ is not a package
 
-from kernels import triton_flash_fwd as tf
+from kernels import triton_flash
+from kernels.flash_plan import TMA_WS
 from kernels.ptxas import parse_arch, ptxas_report
 from kernels.triton_compile import CompiledLaunch, _ptxas_for, compile_only, kernel_record
-from kernels.triton_flash_resources import TMA_WS, launch_plan
+from kernels.triton_flash_resources import choice_for
 
 
 def resources(launch: CompiledLaunch, arch: str) -> dict:
@@ -111,12 +112,20 @@ def main(argv: list[str] | None = None) -> int:
     for b, h, s, d, causal, dtype in workloads:
         q = torch.empty(b, h, s, d, dtype=getattr(torch, dtype))
         label = f"{b}x{h}x{s}x{d}:{'causal' if causal else 'full'}"
-        plan = launch_plan(args.arch, d, causal, s, q.element_size())
+        plan = choice_for(
+            args.arch,
+            "triton",
+            head_dim=d,
+            causal=causal,
+            seq_q=s,
+            seq_k=s,
+            elem_size=q.element_size(),
+        )
         ws = plan.path == TMA_WS
         runs = {
-            "main" + ("(ws)" if ws else ""): lambda q=q, causal=causal, plan=plan, ws=ws: (
-                tf._launch(
-                    q, q, q, torch.empty_like(q), causal, q.shape[-1] ** -0.5, plan.config, ws=ws
+            "main" + ("(ws)" if ws else ""): lambda q=q, causal=causal, plan=plan: (
+                triton_flash.launch_choice(
+                    q, q, q, torch.empty_like(q), causal, q.shape[-1] ** -0.5, plan
                 )
             )
         }

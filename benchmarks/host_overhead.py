@@ -37,6 +37,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kernels import flash_launch
 from kernels import triton_flash_fwd as tf
 
 Case = tuple[int, int, int, int, bool]  # batch, heads, seq, head_dim, causal
@@ -57,12 +58,12 @@ def suite_cases(path: str, max_seq: int) -> list[Case]:
 
 def _jit_every_call(q, k, v, *, causal=False):
     # The launcher with its plan cache bypassed: what every call cost before the cache.
-    saved = tf._plan_key
-    tf._plan_key = lambda *args: None
+    saved = flash_launch.plan_key
+    flash_launch.plan_key = lambda *args: None
     try:
         return tf.flash_attention_fwd(q, k, v, causal=causal)
     finally:
-        tf._plan_key = saved
+        flash_launch.plan_key = saved
 
 
 def _sdpa(q, k, v, *, causal=False):

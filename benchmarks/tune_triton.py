@@ -34,7 +34,7 @@ import torch.nn.functional as F
 import triton
 import triton.testing
 
-from kernels import triton_flash_fwd as tf
+from kernels import triton_flash as tf
 from kernels.reference import attention_reference
 
 # (batch, heads, seq, head_dim, causal, dtype): beside the suite's shapes, a large
@@ -280,7 +280,7 @@ def environment() -> dict:
         "gpu": props.name,
         "arch": f"sm_{major}{minor}",
         "sm_count": props.multi_processor_count,
-        "max_shared_mem": tf._smem_budget(torch.device("cuda", index)),
+        "max_shared_mem": tf.smem_budget(torch.device("cuda", index)),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "triton": triton.__version__,
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results)
     suggestions = suggest_pinned(env["arch"], [r for _, r in results])
     if suggestions:
-        log("\nsuggested PINNED entries (kernels/triton_flash_fwd.py):")
+        log("\nsuggested PINNED entries (kernels/flash_plan.py):")
         for line in suggestions:
             log("  " + line)
     elapsed = time.monotonic() - start

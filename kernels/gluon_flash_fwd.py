@@ -40,9 +40,13 @@ intra-warpgroup overlap (the softmax of tile j under P_{j-1}·V_{j-1}): the hd-6
 causal choice, where 128-row CTAs waste half of each diagonal tile.
 
 Inputs and limits.
-- sm_90 only (wgmma, TMA); the launcher of kernels/triton_flash_fwd.py dispatches
-  here only on shapes where it was measured faster (``FASTER``; never with
-  ``ATTN_GLUON=0``); everything else keeps the portable Triton kernel.
+- sm_90 only (wgmma, TMA). Registry name ``gluon_flash``: ``flash_attention_fwd``
+  here runs this kernel at any length, with the variant ``kernels.flash_plan.FASTER``
+  names for (head_dim, causal). The entry point users call
+  (``kernels/triton_flash_fwd.py``, registry name ``flash_attention``) sends only the
+  shapes where it was measured faster here (``FASTER``'s sizes; never with
+  ``ATTN_GLUON=0``); everything else runs the Triton kernel (``kernels/triton_flash.py``).
+  Configs: ``kernels.flash_plan.gluon_config``.
 - q: (batch, heads_q, seq_q, head_dim), k, v: (batch, heads_kv, seq_k, head_dim);
   fp16 or bf16; head_dim 64 or 128; 4-D TMA descriptors over the tensors as they
   are, so any strides with a unit last stride and 16-byte aligned rows and bases.
@@ -78,13 +82,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from kernels import triton_flash_fwd as tf
-from kernels.triton_flash_fwd import PlanBase, Scalars
+from kernels import flash_launch, flash_plan
+from kernels.flash_launch import PlanBase, Scalars
+from kernels.flash_plan import GLUON_HEAD_DIMS as SUPPORTED_HEAD_DIMS
+from kernels.flash_plan import VARIANTS, Choice, Env
+from kernels.flash_plan import gluon_config as config
+
+__all__ = ["SUPPORTED_HEAD_DIMS", "VARIANTS", "config", "flash_attention_fwd", "launch"]
 
 _ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma per matmul
 ROWS = gl.constexpr(_ROWS)
-SUPPORTED_HEAD_DIMS = (64, 128)
-VARIANTS = ("ws", "ws-pingpong", "ws-persistent", "simple", "simple-overlap")
 
 
 # ----------------------------------------------------------------------------------------
@@ -630,47 +637,6 @@ def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, 
 
 
 # ----------------------------------------------------------------------------------------
-# Configs
-# ----------------------------------------------------------------------------------------
-
-
-def config(head_dim: int, causal: bool, variant: str = "ws", **overrides: int) -> dict[str, int]:
-    """Tile and pipeline choice per head_dim (BLOCK_N, STAGES, registers).
-
-    Shared memory per CTA (fp16): Q 2 x 64 x d, then STAGES x (K + V) of BLOCK_N x d.
-    hd 128: 32 KB + 3 x 64 KB = 224 KB; hd 64: 16 KB + 4 x 32 KB = 144 KB (of 227 KB).
-    Registers: 12 warps (two consumer warpgroups, the producer's warp rounded up to a
-    warpgroup) share 64K registers. With maxnreg=168 triton gives the producer 24, the
-    worker consumer 232 and the default-partition consumer the rest (248): FA3 uses
-    240 / 24-56. No spills (tests/test_gluon_compile.py).
-    """
-    del causal  # same tiles for both (FA3 narrows BLOCK_N for causal hd 128: 128 vs 176)
-    if variant.startswith("simple"):
-        cfg = {"BLOCK_N": 64 if head_dim == 128 else 128, "STAGES": 3, "num_warps": 4}
-    else:
-        cfg = {
-            "BLOCK_N": 128,
-            # hd 128, 3 stages (224 KB): 0.939 vs 1.038 ms at 4x32x4096 causal, 1.776 vs
-            # 1.794 full (H200); 2 stages were the first working choice. The persistent
-            # kernel's own O buffers (32 KB) leave room for two.
-            "STAGES": (2 if variant == "ws-persistent" else 3) if head_dim == 128 else 4,
-            "num_warps": 4,
-            "CONSUMER_REGS": 232,
-            "PRODUCER_REGS": 24,
-            "maxnreg": 168,
-        }
-    unknown = set(overrides) - set(cfg)
-    if unknown:
-        raise ValueError(f"config overrides {sorted(unknown)} unknown for variant {variant!r}")
-    cfg = {**cfg, **overrides}
-    if variant == "simple-overlap" and cfg["STAGES"] < 2:
-        # Its loop refills a slot only after waiting for the next tile: with one slot
-        # that tile never comes.
-        raise ValueError(f"variant {variant!r} needs STAGES >= 2, got {cfg['STAGES']}")
-    return cfg
-
-
-# ----------------------------------------------------------------------------------------
 # Launcher
 # ----------------------------------------------------------------------------------------
 
@@ -692,75 +658,6 @@ def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     block = [1, 1, rows, t.shape[3]]
     layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
     return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
-
-
-def _tma_ok(t: torch.Tensor) -> bool:
-    size = t.element_size()
-    return (
-        t.stride(-1) == 1
-        and t.data_ptr() % 16 == 0
-        and all((stride * size) % 16 == 0 for stride in t.stride()[:-1])
-    )
-
-
-def supports(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> bool:
-    """Whether the kernel can take these (validated) tensors at all."""
-    return (
-        q.is_cuda
-        and q.shape[-1] in SUPPORTED_HEAD_DIMS
-        and q.shape[2] > 0
-        and k.shape[2] > 0
-        and _is_sm90(q.get_device())
-        and all(_tma_ok(t) for t in (q, k, v, out))
-    )
-
-
-@functools.cache
-def _is_sm90(index: int) -> bool:
-    return torch.cuda.get_device_capability(index) == (9, 0)
-
-
-# Where the Gluon kernel was measured faster than the portable Triton kernel, and with
-# which variant: (head_dim, causal) -> (smallest seq_q * seq_k measured, variant,
-# config overrides). H200, 2026-11-26 (docs/notes/gluon-kernel.md, CUDA-graph medians,
-# three runs): hd 128 at S = 2048-16384 took 0.70-0.87x the Triton kernel's time (0.98x
-# once) and 0.80-1.00x cuDNN's; hd 64 at S = 1024 with the plain kernel 0.90-0.94x
-# Triton's (64-key tiles for causal; parity with cuDNN at 4x16x1024 causal, 0.93x at
-# 1x16x1024). The launch plan keeps encoded TMA descriptors, so the Gluon launch costs
-# no more host time than the Triton one. Shapes below the smallest measured product
-# keep the Triton kernel (launch-bound; it is ahead of cuDNN there).
-# hd 64 causal: the one-warpgroup kernel with intra-warpgroup overlap and 64-key tiles,
-# H100 2026-11-26 (docs/data/gluon-h100/): 0.0336 vs 0.0348 ms (plain, 64-key tiles)
-# at (4,16,1024,64), 0.1060 vs 0.1163 at (8,32,1024,64) bf16; non-causal it tied the
-# plain kernel (0.0127 both) with 128-key tiles and lost with 64.
-# hd 128 non-causal: the persistent kernel, H100 2026-11-26, side by side with cuDNN in
-# 25 interleaved rounds (docs/data/gluon-h100/persistent/): 0.972x [0.963, 0.981] at
-# (2,8,2048,128) and 0.970x [0.962, 0.978] at (4,32,4096,128), where the per-tile grid
-# measured 1.009x and 1.001x in the same rounds.
-FASTER: dict[tuple[int, bool], tuple[int, str, dict[str, int]]] = {
-    (128, False): (2048 * 2048, "ws-persistent", {}),
-    (128, True): (2048 * 2048, "ws", {}),
-    (64, False): (1024 * 1024, "simple", {}),
-    (64, True): (1024 * 1024, "simple-overlap", {"BLOCK_N": 64}),
-}
-
-
-def faster_variant(
-    head_dim: int, causal: bool, seq_q: int, seq_k: int
-) -> tuple[str, dict[str, int]] | None:
-    """(variant, config overrides) that ``FASTER`` names for a workload, or None."""
-    entry = FASTER.get((head_dim, causal))
-    if entry is None or seq_q * seq_k < entry[0]:
-        return None
-    return entry[1], entry[2]
-
-
-def dispatch_variant(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
-) -> tuple[str, dict[str, int]] | None:
-    """(variant, config overrides) ``flash_attention_fwd`` takes on sm_90, or None."""
-    choice = faster_variant(q.shape[-1], causal, q.shape[2], k.shape[2])
-    return choice if choice is not None and supports(q, k, v, out) else None
 
 
 class _Desc:
@@ -858,7 +755,7 @@ def _raw_launcher(launcher: Any) -> tuple[Callable[..., object], _Encoder] | Non
 def _make_plan(
     kernel: Any, grid: tuple[int, ...], tensors: Sequence[torch.Tensor], tail: Scalars
 ) -> _Plan | None:  # kernel: triton's CompiledKernel, or None
-    if kernel is None or not tf.plans_possible():
+    if kernel is None or not flash_launch.plans_possible():
         return None
     launcher = kernel.run  # loads the module
     raw = _raw_launcher(launcher)
@@ -866,7 +763,7 @@ def _make_plan(
         return None
     plan = _Plan()
     plan.launch, plan.encode = raw
-    plan.head = tf.c_entry_head(kernel, launcher)
+    plan.head = flash_launch.c_entry_head(kernel, launcher)
     plan.geometry = tuple((list(t.shape), list(t.stride())) for t in tensors)
     plan.maps = ({}, {}, {}, {})
     plan.bind(grid, tail, tensors[0])
@@ -883,14 +780,25 @@ def launch(
     variant: str = "ws",
     **overrides: int,
 ) -> _Plan | None:
-    """Run the kernel on validated tensors; returns a launch plan for this key (or None)."""
-    batch, heads_q, seq_q, head_dim = q.shape
+    """Run ``variant`` on validated tensors; returns a launch plan for this key (or None)."""
+    choice = flash_plan.gluon_choice(q.shape[-1], causal, variant, overrides)
+    return launch_choice(q, k, v, out, causal, scale, choice)
+
+
+def launch_choice(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    causal: bool,
+    scale: float,
+    choice: Choice,
+) -> _Plan | None:
+    """Run a Gluon ``choice`` of ``flash_plan`` on validated tensors; returns a launch
+    plan for this key (or None)."""
+    batch, heads_q, seq_q, _ = q.shape
     seq_k = k.shape[2]
-    if variant == "ws-persistent" and causal:
-        # Causal row blocks differ in length: the per-tile grid (heaviest first) balances
-        # them, a static round-robin would not. Before the config: ws's, all of it.
-        variant = "ws"
-    cfg = config(head_dim, causal, variant, **overrides)
+    variant, cfg = choice.variant, dict(choice.gluon_config)
     q_desc, o_desc = _descriptor(q, _ROWS), _descriptor(out, _ROWS)
     k_desc, v_desc = _descriptor(k, cfg["BLOCK_N"]), _descriptor(v, cfg["BLOCK_N"])
     scalars: Scalars = (scale * math.log2(math.e), seq_k, heads_q // k.shape[1])
@@ -903,7 +811,7 @@ def launch(
             q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs,
             num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"],
         )  # fmt: skip
-    elif variant.startswith("simple"):
+    elif variant is not None and variant.startswith("simple"):
         grid = (triton.cdiv(seq_q, _ROWS), heads_q, batch)
         constexprs = (causal, cfg["STAGES"], variant == "simple-overlap")
         kernel = _attn_fwd_simple[grid](
@@ -920,6 +828,22 @@ def launch(
     return _make_plan(kernel, grid, (q, k, v, out), (*scalars, *constexprs))
 
 
+def _launch_checked(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    causal: bool,
+    scale: float,
+    choice: Choice,
+) -> _Plan | None:
+    assert choice.kernel == "gluon", choice  # choose(kernel="gluon") never says otherwise
+    return launch_choice(q, k, v, out, causal, scale, choice)
+
+
+_ENTRY = flash_launch.Entry("gluon", _launch_checked)
+
+
 def flash_attention_fwd(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -928,29 +852,33 @@ def flash_attention_fwd(
     causal: bool = False,
     scale: float | None = None,
     out: torch.Tensor | None = None,
-    variant: str = "ws",
+    variant: str | None = None,
     **overrides: int,
 ) -> torch.Tensor:
-    """Attention forward on sm_90 with this file's kernel, whatever the dispatch rule.
+    """Attention forward on sm_90 with this file's Gluon kernel at any length (registry
+    name ``gluon_flash``; never the Triton kernel).
 
     Same arguments, checks (``ValueError`` naming the argument) and causal alignment
-    as ``kernels.triton_flash_fwd.flash_attention_fwd``: q (batch, heads_q, seq_q,
+    as ``kernels.triton_flash.flash_attention_fwd``: q (batch, heads_q, seq_q,
     head_dim), k and v (batch, heads_kv, seq_k, head_dim), causal TOP-LEFT aligned.
-    ``variant``: "ws" (warp-specialized), "ws-pingpong" (plus the scheduler barrier),
-    "ws-persistent" (one CTA per SM; non-causal only, causal runs "ws"), "simple" or
-    "simple-overlap"; ``overrides`` replace entries of ``config``
-    (BLOCK_N, STAGES, ...).
+    ``variant`` None: the variant and config ``flash_plan.FASTER`` names for
+    (head_dim, causal), whatever the lengths, with launch plans kept per key as
+    ``kernels.flash_launch.Entry`` does. Else (a tuning entry, no plans kept) "ws"
+    (warp-specialized), "ws-pingpong" (plus the scheduler barrier), "ws-persistent"
+    (one CTA per SM; non-causal only, causal runs "ws"), "simple" or "simple-overlap";
+    ``overrides`` replace entries of ``flash_plan.gluon_config`` (BLOCK_N, STAGES, ...).
     Raises ``ValueError`` for inputs this kernel cannot take (head_dim, empty
-    sequences, TMA alignment, not sm_90). No launch-plan cache here (a tuning entry).
+    sequences, TMA alignment, not sm_90).
     """
+    if variant is None and not overrides:
+        return _ENTRY(q, k, v, causal, scale, out)
+    variant = "ws" if variant is None else variant
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    q, k, v, out, scale = tf._prepare(q, k, v, causal, scale, out)
-    if q.shape[-1] not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"q has head_dim {q.shape[-1]}; this kernel takes {SUPPORTED_HEAD_DIMS}")
-    if not supports(q, k, v, out):
-        raise ValueError(
-            "q, k, v, out: this kernel needs sm_90, seq_q, seq_k >= 1 and 16-byte aligned rows"
-        )
-    launch(q, k, v, out, causal, scale, variant, **overrides)
+    q, k, v, out, scale = flash_launch.prepare(q, k, v, causal, scale, out)
+    # Unsupported (a ValueError) where this kernel cannot take the tensors.
+    choice = flash_launch.choose_for(q, k, v, out, causal, Env(), "gluon")
+    if out.numel() > 0:
+        choice = flash_plan.gluon_choice(q.shape[-1], causal, variant, overrides)
+        launch_choice(q, k, v, out, causal, scale, choice)
     return out

@@ -27,6 +27,9 @@ KernelFn = Callable[..., torch.Tensor]
 ResourcesFn = Callable[[Mapping[str, Any], str], "list[ResourceRecord]"]
 
 _HERE = Path(__file__).resolve().parent
+# What the three FlashAttention names share: the path chooser and configs, the wrappers.
+_FLASH_SHARED = ("flash_plan.py", "flash_launch.py")
+_FLASH_KERNELS = ("triton_flash.py", "gluon_flash_fwd.py")
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,20 @@ def _triton_probe(device: str) -> str | None:
     return None
 
 
+def _gluon_probe(device: str) -> str | None:
+    reason = _triton_probe(device)
+    if reason:
+        return reason
+    try:
+        importlib.import_module("kernels.gluon_flash_fwd")
+    except ImportError as exc:
+        return f"this triton has no Gluon for Hopper ({exc})"
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        return f"needs an sm_90 GPU (Hopper: wgmma, TMA); this one is sm_{major}{minor}"
+    return None
+
+
 def _sdpa_backend_probe(backend: str) -> Callable[[str], str | None]:
     def probe(device: str) -> str | None:
         reason = _needs_cuda(device)
@@ -161,13 +178,31 @@ REGISTRY: dict[str, KernelSpec] = {
         ),
         KernelSpec(
             name="triton_flash",
-            description="this repository's Triton FlashAttention forward",
-            loader=_from_module("kernels.triton_flash_fwd", "flash_attention_fwd"),
+            description="this repository's Triton FlashAttention forward (never the Gluon kernel)",
+            loader=_from_module("kernels.triton_flash", "flash_attention_fwd"),
             probe=_triton_probe,
-            # On sm_90 it dispatches some shapes to the Gluon kernel (not with ATTN_GLUON=0).
-            source_files=("triton_flash_fwd.py", "gluon_flash_fwd.py"),
+            source_files=("triton_flash.py", *_FLASH_SHARED),
             accepts_out=True,
             resources=_resources_from("kernels.triton_flash_resources"),
+        ),
+        KernelSpec(
+            name="gluon_flash",
+            description="this repository's Gluon FlashAttention forward for sm_90 (Hopper)",
+            loader=_from_module("kernels.gluon_flash_fwd", "flash_attention_fwd"),
+            probe=_gluon_probe,
+            source_files=("gluon_flash_fwd.py", *_FLASH_SHARED),
+            accepts_out=True,
+            resources=_resources_from("kernels.triton_flash_resources", "gluon_resources"),
+        ),
+        KernelSpec(
+            name="flash_attention",
+            description="kernels.triton_flash_fwd.flash_attention_fwd as users call it: "
+            "gluon_flash where measured faster on sm_90, else triton_flash",
+            loader=_from_module("kernels.triton_flash_fwd", "flash_attention_fwd"),
+            probe=_triton_probe,
+            source_files=("triton_flash_fwd.py", *_FLASH_KERNELS, *_FLASH_SHARED),
+            accepts_out=True,
+            resources=_resources_from("kernels.triton_flash_resources", "entry_resources"),
         ),
         KernelSpec(
             name="cuda_flash",

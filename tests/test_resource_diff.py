@@ -27,8 +27,8 @@ gate: [triton_flash]
 cases:
   - {shape: [1, 2, 128, 64], causal: false}
 """
-OLD = "            64: _config(64, 64, 4, 3),\n"
-NEW = "            64: _config(128, 64, 4, 3),\n"
+OLD = "            64: triton_config(64, 64, 4, 3),\n"
+NEW = "            64: triton_config(128, 64, 4, 3),\n"
 
 
 def test_compare_against_reports_a_register_rise_without_a_gpu(tmp_path: Path) -> None:
@@ -40,7 +40,7 @@ def test_compare_against_reports_a_register_rise_without_a_gpu(tmp_path: Path) -
     _git(repo.parent, "init", "-q", "-b", "main", str(repo))
     _git(repo, "add", ".")
     _git(repo, "commit", "-qm", "base")
-    kernel = repo / "kernels" / "triton_flash_fwd.py"
+    kernel = repo / "kernels" / "flash_plan.py"
     text = kernel.read_text()
     assert text.count(OLD) >= 1
     kernel.write_text(text.replace(OLD, NEW, 1))  # the sm_90 table comes first

@@ -260,44 +260,56 @@ def test_cuda_kernel_report_from_nvcc(caches: Path, monkeypatch: pytest.MonkeyPa
 # ------------------------------------------------------------------ compiles (child processes)
 
 
-def test_triton_kernel_compiles_for_sm90_and_sm89_without_a_gpu(
+def test_triton_and_gluon_kernels_compile_for_sm90_and_sm89_without_a_gpu(
     tmp_path: Path, caches: Path
 ) -> None:
-    from kernels import triton_flash_fwd as tf
+    from kernels import flash_plan
 
     suite_file = tmp_path / "suite.yaml"
     suite_file.write_text(
-        "schema_version: 1\nname: t\nkernels: [triton_flash, sdpa]\n"
+        "schema_version: 1\nname: t\nkernels: [triton_flash, gluon_flash, sdpa]\n"
         "cases:\n  - {shape: [1, 2, 128, 64], causal: false}\n"
         "  - {shape: [1, 2, 2048, 128], causal: true}\n"
     )
     report = collect_in_tree(ROOT, suite_file, ["sm_90", "sm_89"], timeout_s=600)
-    case_id, gluon_id = "triton_flash/b1-h2-s128-d64-full", "triton_flash/b1-h2-s2048-d128-causal"
-    assert sorted(report.cases) == [case_id, gluon_id], report.skipped
-    assert report.skipped == {}
+    small, large = "b1-h2-s128-d64-full", "b1-h2-s2048-d128-causal"
+    triton_ids = [f"triton_flash/{small}", f"triton_flash/{large}"]
+    gluon_ids = [f"gluon_flash/{small}", f"gluon_flash/{large}"]
+    assert sorted(report.cases) == sorted(gluon_ids + triton_ids), report.skipped
     assert report.tree == str(ROOT)
-    by_arch = {r.arch: r for r in report.cases[case_id]}
-    assert sorted(by_arch) == ["sm_89", "sm_90"]
-    for arch, res in by_arch.items():
-        config = tf.PINNED[(arch, 64, False)]
-        assert res.kernel == "_attn_fwd"
-        assert res.path == "pointer"
-        assert 0 < res.registers <= 255
-        assert res.shared_bytes > 0
-        assert res.num_warps == config.num_warps
-        assert res.num_stages == config.num_stages
-        assert res.config["BLOCK_M"] == config.kwargs["BLOCK_M"]
-        assert res.config["BLOCK_N"] == config.kwargs["BLOCK_N"]
-        assert res.grid == (-(-128 // config.kwargs["BLOCK_M"]), 2, 1)
-        assert res.toolchain.startswith("triton ")
-    # On sm_90 the launcher sends this workload to the Gluon kernel (FASTER): the record
-    # describes that kernel, not the portable one sm_89 compiles.
-    gluon = {r.arch: r for r in report.cases[gluon_id]}
-    assert gluon["sm_90"].kernel == "_attn_fwd_ws" and gluon["sm_90"].path == "gluon-ws"
-    assert gluon["sm_90"].config["source"] == "gluon_flash_fwd.FASTER"
-    assert gluon["sm_90"].grid == (2048 // 128, 2, 1)
-    assert gluon["sm_90"].spill_bytes == 0
-    assert gluon["sm_89"].kernel == "_attn_fwd" and gluon["sm_89"].path == "pointer"
+    # triton_flash: the Triton kernel's pointer path on both arches, on both shapes
+    # (never the Gluon kernel, which the entry point takes for the large one on sm_90).
+    for case_id, head_dim, causal in ((triton_ids[0], 64, False), (triton_ids[1], 128, True)):
+        by_arch = {r.arch: r for r in report.cases[case_id]}
+        assert sorted(by_arch) == ["sm_89", "sm_90"]
+        for arch, res in by_arch.items():
+            config = flash_plan.PINNED[(arch, head_dim, causal)]
+            assert res.kernel == "_attn_fwd"
+            assert res.path == "pointer"
+            assert 0 < res.registers <= 255
+            assert res.shared_bytes > 0
+            assert res.num_warps == config.num_warps
+            assert res.num_stages == config.num_stages
+            assert res.config["BLOCK_M"] == config.kwargs["BLOCK_M"]
+            assert res.config["BLOCK_N"] == config.kwargs["BLOCK_N"]
+            assert res.config["source"] == f"PINNED[{arch}]"
+            seq = 128 if head_dim == 64 else 2048
+            assert res.grid == (-(-seq // config.kwargs["BLOCK_M"]), 2, 1)
+            assert res.toolchain.startswith("triton ")
+    # gluon_flash: the Gluon kernel on sm_90 at any length, FASTER's variant for
+    # (head_dim, causal); on sm_89 no record, and the reason says why.
+    simple = report.cases[gluon_ids[0]]
+    assert [(r.arch, r.kernel, r.path) for r in simple] == [
+        ("sm_90", "_attn_fwd_simple", "gluon-simple")
+    ]
+    (ws,) = report.cases[gluon_ids[1]]
+    assert (ws.arch, ws.kernel, ws.path) == ("sm_90", "_attn_fwd_ws", "gluon-ws")
+    assert ws.config["source"] == "flash_plan.FASTER"
+    assert ws.grid == (2048 // 128, 2, 1)
+    assert ws.spill_bytes == 0
+    assert sorted(report.skipped) == sorted(gluon_ids)
+    for reasons in report.skipped.values():
+        assert list(reasons) == ["sm_89"] and "needs sm_90" in reasons["sm_89"], reasons
 
 
 def test_collect_in_tree_times_out_cleanly(tmp_path: Path) -> None:
@@ -430,18 +442,21 @@ def test_a_bigger_tile_in_the_head_commit_shows_in_the_diff(tmp_path: Path, cach
 
 GPU_MACHINE_RECORDS = """
 import json, torch
-from kernels import triton_flash_fwd as tf
+from kernels import flash_launch
 from kernels import triton_flash_resources as tfr
 
 torch.cuda.is_available = lambda: True  # as on a GPU runner
-tf._cuda_device, tf._cuda_stream = (lambda: 0), (lambda index: 0)
-assert tf.plans_possible()  # outside compile_only, as on a GPU
+flash_launch._cuda_device, flash_launch._cuda_stream = (lambda: 0), (lambda index: 0)
+assert flash_launch.plans_possible()  # outside compile_only, as on a GPU
 out = []
-for shape, causal in (
-    ([1, 2, 128, 64], False), ([4, 16, 1024, 64], True), ([2, 8, 2048, 128], False)
+for hook, shape, causal in (
+    (tfr.entry_resources, [1, 2, 128, 64], False),
+    (tfr.entry_resources, [4, 16, 1024, 64], True),
+    (tfr.entry_resources, [2, 8, 2048, 128], False),
+    (tfr.resources, [4, 16, 1024, 64], True),
 ):
     params = {"shape": shape, "dtype": "float16", "causal": causal}
-    out.append([(r["path"], r["registers"]) for r in tfr.resources(params, "sm_90")])
+    out.append([(r["path"], r["registers"]) for r in hook(params, "sm_90")])
 print(json.dumps(out))
 """
 
@@ -462,11 +477,14 @@ def test_triton_records_on_a_machine_with_a_gpu() -> None:
         cwd=ROOT, env=child_env(compiled=True), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    portable, gluon, persistent = json.loads(proc.stdout.strip().splitlines()[-1])
+    records = json.loads(proc.stdout.strip().splitlines()[-1])
+    portable, gluon, persistent, triton_only = records
+    # The entry point (flash_attention) picks per shape; triton_flash never Gluon.
     assert [p for p, _ in portable] == ["pointer"]
     assert [p for p, _ in gluon] == ["gluon-simple-overlap"]
     assert [p for p, _ in persistent] == ["gluon-ws-persistent"]
-    assert portable[0][1] > 0 and gluon[0][1] > 0 and persistent[0][1] > 0
+    assert [p for p, _ in triton_only] == ["pointer"]
+    assert all(r[0][1] > 0 for r in records)
 
 
 def test_records_a_hook_could_not_make_are_a_note_not_silence(monkeypatch) -> None:

@@ -1,4 +1,5 @@
-"""Correctness of the Triton FlashAttention forward (kernels/triton_flash_fwd.py).
+"""Correctness of the Triton FlashAttention forward (kernels/triton_flash.py, registry name
+``triton_flash``) and of the entry point users call (kernels/triton_flash_fwd.py).
 
 Without a GPU the kernel runs under the Triton interpreter on the CPU, so the CPU tests
 use small odd shapes. With a GPU the same tests run compiled on CUDA, and the tests
@@ -36,13 +37,15 @@ import torch.nn.functional as F  # noqa: E402
 
 pytest.importorskip("triton")
 
-from kernels import triton_flash_fwd as tf  # noqa: E402
+from kernels import flash_launch, flash_plan  # noqa: E402
+from kernels import triton_flash as tf  # noqa: E402
+from kernels import triton_flash_fwd as entry  # noqa: E402
 from kernels.reference import attention_reference  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 pytestmark = pytest.mark.skipif(
-    DEVICE == "cpu" and not (tf._INTERPRET and _INTERPRETER_USABLE),
+    DEVICE == "cpu" and not (flash_launch.INTERPRET and _INTERPRETER_USABLE),
     reason="no CUDA GPU, and the Triton interpreter is off or was switched on after triton "
     "was imported: run with TRITON_INTERPRET=1 in the environment",
 )
@@ -247,7 +250,7 @@ _SMEM = {"sm_90": 232448, "sm_80": 166912, "sm_89": 101376}
 
 
 def test_smem_estimate():
-    config = tf._config(128, 64, 8, 3)
+    config = flash_plan.triton_config(128, 64, 8, 3)
     assert tf.smem_bytes(config, 128) == (128 * 128 + 2 * 3 * 64 * 128) * 2
     assert tf.smem_bytes(config, 96) == tf.smem_bytes(config, 128)  # padded to 128
 
@@ -268,39 +271,34 @@ def test_configs_small_and_causal_safe():
 
 @pytest.mark.parametrize("arch", list(_SMEM))
 def test_prune_keeps_only_what_fits(monkeypatch, arch):
-    monkeypatch.setattr(tf, "_smem_budget", lambda device: _SMEM[arch])
+    monkeypatch.setattr(tf, "smem_budget", lambda device: _SMEM[arch])
     q = torch.empty(1, 1, 1, 256, dtype=torch.float16)
     kept = tf.prune_configs(tf.CONFIGS, {"Q": q})
     assert kept and all(tf.smem_bytes(c, 256) <= _SMEM[arch] for c in kept)
     if arch == "sm_90":
         assert len(kept) < len(tf.CONFIGS)  # head_dim 256 cannot take 128x128 tiles
-    monkeypatch.setattr(tf, "_smem_budget", lambda device: 1024)
+    monkeypatch.setattr(tf, "smem_budget", lambda device: 1024)
     assert len(tf.prune_configs(tf.CONFIGS, {"Q": q})) == 1  # never empty
 
 
 @pytest.mark.parametrize(
     ("capability", "budget", "head_dim", "expected"),
     [
-        ((9, 0), _SMEM["sm_90"], 128, ("sm_90", 128)),
-        ((8, 9), _SMEM["sm_89"], 256, ("sm_89", 256)),
+        (90, _SMEM["sm_90"], 128, ("sm_90", 128)),
+        (89, _SMEM["sm_89"], 256, ("sm_89", 256)),
         # sm_86 (99 KB) is not listed: Ampere's entry when it fits, else Ada's.
-        ((8, 6), _SMEM["sm_89"], 64, ("sm_80", 64)),
-        ((8, 6), _SMEM["sm_89"], 256, ("sm_80", 256)),
+        (86, _SMEM["sm_89"], 64, ("sm_80", 64)),
+        (86, _SMEM["sm_89"], 256, ("sm_80", 256)),
         # sm_120 (99 KB): Hopper's head_dim-256 tile (64x32, 2 stages) fits.
-        ((12, 0), _SMEM["sm_89"], 256, ("sm_90", 256)),
+        (120, _SMEM["sm_89"], 256, ("sm_90", 256)),
         # ... and with less than it needs, the lookup moves on to Ampere's.
-        ((12, 0), 90_000, 128, ("sm_89", 128)),
-        ((10, 0), _SMEM["sm_90"], 256, ("sm_90", 256)),
+        (120, 90_000, 128, ("sm_89", 128)),
+        (100, _SMEM["sm_90"], 256, ("sm_90", 256)),
     ],
 )
-def test_pinned_lookup_for_unlisted_archs(monkeypatch, capability, budget, head_dim, expected):
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: capability)
-    monkeypatch.setattr(tf, "_smem_budget", lambda device: budget)
-    tf._pinned_for.cache_clear()
-    try:
-        config = tf._pinned_for(0, head_dim, False, 2)
-    finally:
-        tf._pinned_for.cache_clear()
+def test_pinned_lookup_for_unlisted_archs(capability, budget, head_dim, expected):
+    config, source = flash_plan.pinned(capability, head_dim, False, 2, budget)
+    assert source == f"PINNED[{expected[0]}]"
     assert config is tf.PINNED[(*expected, False)]
     assert tf.smem_bytes(config, head_dim) <= budget
 
@@ -372,7 +370,7 @@ def test_gpu_autotune_env(monkeypatch, causal):
 def _ws_setup(head_dim):
     if DEVICE == "cpu":
         return tf.INTERPRET_CONFIG, 48
-    if not tf._is_sm90(torch.cuda.current_device()):
+    if flash_launch.capability(torch.device("cuda")) != 90:
         pytest.skip("the warp-specialized path is for sm_90")
     return tf.WS_PINNED[128], 256
 
@@ -399,12 +397,8 @@ def test_warp_specialized_path_refuses_what_it_cannot_do():
         tf.flash_attention_fwd_config(q, k, v, config, warp_specialize=True)
 
 
-def test_ws_dispatch_rules():
-    q, k, v = _qkv(1, 1, 1, 4, 4, 128, torch.float16)
-    # Never under the interpreter, never causal.
-    assert tf.ws_config(q, k, v, q, causal=True) is None
-    if DEVICE == "cpu":
-        assert tf.ws_config(q, k, v, q, causal=False) is None
+def test_ws_configs_fit():
+    # Which calls take the path: tests/test_flash_plan.py.
     assert tf.WS_MIN_SEQ_K % tf.WS_PINNED[128].kwargs["BLOCK_N"] == 0
     for config in tf.WS_PINNED.values():
         assert tf.smem_bytes(config, 128) <= _SMEM["sm_90"]
@@ -417,24 +411,24 @@ def test_ws_dispatch_rules():
 
 def test_plan_key_refuses_what_must_reach_the_checks():
     # Values that hash like valid ones (1 == True, True == 1.0) or are not plain
-    # tensors never get a key, so they always meet _validate and its ValueError.
+    # tensors never get a key, so they always meet flash_launch.validate and its ValueError.
     q, k, v = _qkv(1, 2, 2, 8, 8, 32, torch.float16)
     for kwargs in ({"causal": 1}, {"scale": True}, {"scale": 1}, {"out": "buffer"}):
-        assert tf._plan_key(q, k, v, kwargs.get("causal", False), kwargs.get("scale"),
-                            kwargs.get("out")) is None  # fmt: skip
-    assert tf._plan_key(q.tolist(), k, v, False, None, None) is None
+        assert flash_launch.plan_key(q, k, v, kwargs.get("causal", False), kwargs.get("scale"),
+                                     kwargs.get("out")) is None  # fmt: skip
+    assert flash_launch.plan_key(q.tolist(), k, v, False, None, None) is None
     if DEVICE == "cpu":
-        assert tf._plan_key(q, k, v, False, None, None) is None  # interpreter: no plans
+        assert flash_launch.plan_key(q, k, v, False, None, None) is None  # interpreter: no plans
 
 
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_plan_reused_on_new_tensors(causal):
-    tf._PLANS.clear()
+    tf._ENTRY.plans.clear()
     q, k, v = _qkv(2, 4, 2, 300, 333, 64, torch.float16)
     assert_matches(tf.flash_attention_fwd(q, k, v, causal=causal), q, k, v, causal=causal)
-    assert len(tf._PLANS) == 1
+    assert len(tf._ENTRY.plans) == 1
     # Same key, new data and a caller's buffer: the plan launches on these pointers.
     q2, k2, v2 = _qkv(2, 4, 2, 300, 333, 64, torch.float16, seed=1)
     assert_matches(tf.flash_attention_fwd(q2, k2, v2, causal=causal), q2, k2, v2, causal=causal)
@@ -460,3 +454,52 @@ def test_gpu_validation_after_a_plan_exists(case):
     with pytest.raises(ValueError) as info:
         tf.flash_attention_fwd(**kwargs)
     assert str(info.value).startswith(f"{arg} ") and detail in str(info.value)
+
+
+# ----------------------------------------------------------------------------------------
+# The entry point users call and the Gluon kernel, by registry name
+# ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_entry_point_matches_reference(causal):
+    # On the CPU (the interpreter) and off sm_90 it runs the Triton kernel; on sm_90
+    # these small shapes stay below FASTER's sizes too.
+    q, k, v = _qkv(2, 4, 2, 33, 45, 64, torch.float16)
+    out = torch.full_like(q, float("nan"))
+    assert entry.flash_attention_fwd(q, k, v, causal=causal, out=out) is out
+    assert_matches(out, q, k, v, causal=causal)
+
+
+@pytest.mark.parametrize("case", ["q-head-dim", "scale-negative", "out-shape"])
+def test_entry_point_validation_names_the_argument(case):
+    kwargs, arg, detail = BAD[case]
+    with pytest.raises(ValueError) as info:
+        entry.flash_attention_fwd(**kwargs)
+    assert str(info.value).startswith(f"{arg} ") and detail in str(info.value)
+
+
+def _gpu_kernel(name):
+    from kernels import registry
+
+    spec = registry.get(name)
+    reason = spec.probe(DEVICE)
+    if reason is not None:
+        pytest.skip(f"{name}: {reason}")
+    return spec.loader()
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("name", ["triton_flash", "gluon_flash", "flash_attention"])
+@pytest.mark.parametrize(
+    ("batch", "heads", "seq", "head_dim", "causal", "dtype"),
+    SUITE,
+    ids=[f"{b}x{h}x{s}x{d}-{'causal' if c else 'full'}-{_ids(t)}" for b, h, s, d, c, t in SUITE],
+)
+def test_gpu_suite_shapes_by_name(name, batch, heads, seq, head_dim, causal, dtype):
+    fn = _gpu_kernel(name)
+    q, k, v = _qkv(batch, heads, heads, seq, seq, head_dim, dtype)
+    out = torch.full_like(q, float("nan"))
+    assert fn(q, k, v, causal=causal, out=out) is out
+    assert_matches(out, q, k, v, causal=causal)

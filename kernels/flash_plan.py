@@ -1,0 +1,404 @@
+"""Launch plans of the FlashAttention forward: which kernel and path a call takes, and with
+which config. Shared by the Triton kernel (``kernels/triton_flash.py``), the Gluon kernel
+(``kernels/gluon_flash_fwd.py``), the dispatching entry point
+(``kernels/triton_flash_fwd.py``) and the compiler-resource records
+(``kernels/triton_flash_resources.py``).
+
+``choose`` is the one path chooser: a pure function of the workload (lengths, head_dim,
+dtype size, causal), the GPU (capability, shared memory per block, TMA alignment of the
+tensors) and the environment switches (``Env``), returning a frozen ``Choice``. Nothing
+here queries a device, so a GPU-less process (the resources records, the tests) gets
+the same answer a launcher on that GPU gets.
+
+The paths, by the kernel that runs them:
+
+- ``triton`` (``kernels/triton_flash.py``): ``pointer`` (pointer loads pipelined with
+  cp.async; any GPU), ``tma_ws`` (sm_90: TMA descriptors and triton's automatic warp
+  specialization; non-causal head_dim 128, seq_k >= ``WS_MIN_SEQ_K`` and a multiple of
+  the tile; ``ATTN_TRITON_WS=0`` turns it off), ``autotune`` (``ATTN_TRITON_AUTOTUNE=1``:
+  over ``CONFIGS``), ``interpret`` (``TRITON_INTERPRET=1``: one small config).
+- ``gluon`` (``kernels/gluon_flash_fwd.py``, sm_90 only): one of ``VARIANTS`` with
+  ``gluon_config``'s tiles; ``FASTER`` names the variant per (head_dim, causal).
+
+What each caller asks for (``kernel``):
+
+- ``"auto"`` (the entry point, registry name ``flash_attention``): the Gluon kernel on
+  sm_90 where ``FASTER`` says it was measured faster (``ATTN_GLUON=0``: never), else the
+  Triton kernel's path.
+- ``"triton"`` (registry name ``triton_flash``): the Triton kernel everywhere.
+- ``"gluon"`` (registry name ``gluon_flash``): the Gluon kernel with ``FASTER``'s variant
+  for (head_dim, causal) at any length; ``Unsupported`` where it cannot run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+import triton
+
+Kernel = Literal["auto", "triton", "gluon"]
+
+POINTER = "pointer"  # pointer loads pipelined with cp.async
+TMA_WS = "tma_ws"  # TMA tensor descriptors + automatic warp specialization (sm_90)
+AUTOTUNE = "autotune"  # ATTN_TRITON_AUTOTUNE=1: triton.autotune over CONFIGS
+INTERPRET = "interpret"  # TRITON_INTERPRET=1: INTERPRET_CONFIG
+GLUON = "gluon"  # the Gluon kernel; Choice.variant says which of VARIANTS
+
+TRITON_HEAD_DIMS = (32, 64, 96, 128, 256)
+GLUON_HEAD_DIMS = (64, 128)
+GLUON_CAPABILITY = 90  # wgmma, TMA: sm_90 only
+
+# The switches, by environment variable.
+AUTOTUNE_ENV = "ATTN_TRITON_AUTOTUNE"  # "1": autotune the Triton kernel
+WS_ENV = "ATTN_TRITON_WS"  # "0": no TMA + warp-specialized Triton path
+GLUON_ENV = "ATTN_GLUON"  # "0": the entry point never takes the Gluon kernel
+INTERPRET_ENV = "TRITON_INTERPRET"  # "1": kernels interpreted on the CPU
+
+
+class Unsupported(ValueError):
+    """The asked-for kernel cannot take this workload here (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Env:
+    """The environment switches the choice depends on."""
+
+    gluon: bool = True  # ATTN_GLUON != "0" (and the Gluon kernel importable)
+    triton_ws: bool = True  # ATTN_TRITON_WS != "0"
+    autotune: bool = False  # ATTN_TRITON_AUTOTUNE == "1"
+    interpret: bool = False  # TRITON_INTERPRET == "1"
+
+    @classmethod
+    def read(
+        cls, getenv: Callable[[str], str | None] = os.environ.get, *, interpret: bool | None = None
+    ) -> Env:
+        """The switches as set now; ``interpret`` overrides TRITON_INTERPRET (which a
+        process reads once, when triton decorates the kernels)."""
+        return cls(
+            gluon=getenv(GLUON_ENV) != "0",
+            triton_ws=getenv(WS_ENV) != "0",
+            autotune=getenv(AUTOTUNE_ENV) == "1",
+            interpret=getenv(INTERPRET_ENV) == "1" if interpret is None else interpret,
+        )
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The path one call takes and its launch config.
+
+    ``config``: the Triton kernel's (None for ``autotune`` and ``gluon``). ``variant``,
+    ``overrides`` and ``gluon_config``: the Gluon kernel's (``overrides`` as passed to
+    ``gluon_config``, which gives ``gluon_config``). ``source``: where the config comes
+    from ("PINNED[sm_90]", "WS_PINNED", "fallback", "FASTER", ...).
+    """
+
+    path: str  # POINTER, TMA_WS, AUTOTUNE, INTERPRET or GLUON
+    source: str
+    config: triton.Config | None = None
+    variant: str | None = None
+    overrides: tuple[tuple[str, int], ...] = ()
+    gluon_config: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def kernel(self) -> Literal["triton", "gluon"]:
+        return "gluon" if self.path == GLUON else "triton"
+
+    @property
+    def label(self) -> str:
+        """The path as resource records name it: "pointer", "tma_ws", "gluon-ws", ..."""
+        return f"{GLUON}-{self.variant}" if self.path == GLUON else self.path
+
+
+# ----------------------------------------------------------------------------------------
+# The Triton kernel's configs
+# ----------------------------------------------------------------------------------------
+
+
+def triton_config(block_m: int, block_n: int, num_warps: int, num_stages: int) -> triton.Config:
+    return triton.Config(
+        {"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=num_warps, num_stages=num_stages
+    )
+
+
+# Hopper search space (H100/H200: 132 SMs, 227 KB shared memory per block). Small on
+# purpose: each config costs a compile and about 0.1 s of timing per autotune key.
+# BLOCK_N never exceeds BLOCK_M, which keeps the causal split to at most
+# BLOCK_M / BLOCK_N masked tiles per row block.
+CONFIGS: list[triton.Config] = [
+    triton_config(block_m, block_n, num_warps, num_stages)
+    for block_m, block_n, num_warps in (
+        (64, 64, 4),
+        (128, 32, 4),
+        (128, 64, 4),
+        (128, 64, 8),
+        (128, 128, 8),
+    )
+    for num_stages in (2, 3, 4)
+    # 128x128 tiles at 4 stages exceed 227 KB for head_dim 128 anyway.
+    if not (block_n == 128 and num_stages == 4)
+] + [
+    # The only tile here that holds head_dim 256 within Ada's 99 KB per block.
+    triton_config(64, 32, 4, 2),
+]
+
+# Under the interpreter every op is a NumPy call per program: small tiles keep the
+# CPU tests fast, and num_warps/num_stages mean nothing there.
+INTERPRET_CONFIG = triton_config(16, 16, 1, 1)
+
+# The last resort when a pinned config does not compile for lack of resources.
+FALLBACK_CONFIG = triton_config(64, 32, 4, 1)
+
+
+def smem_bytes(config: triton.Config, head_dim: int, elem_size: int = 2) -> int:
+    """Shared memory estimate: a Q tile plus num_stages buffered K and V tiles.
+
+    The compiler's own figure differs a little (layout conversions, barriers); a
+    config that slips through and does not fit fails to compile, and both the
+    autotuner and the pinned path handle that.
+    """
+    block_d: int = triton.next_power_of_2(head_dim)
+    block_m: int = config.kwargs["BLOCK_M"]
+    block_n: int = config.kwargs["BLOCK_N"]
+    num_stages: int = config.num_stages
+    return (block_m * block_d + 2 * num_stages * block_n * block_d) * elem_size
+
+
+def _pinned_table() -> dict[tuple[str, int, bool], triton.Config]:
+    # sm_90 is measured (below); sm_80 and sm_89 are untimed starting points that fit
+    # each part's per-block shared memory with margin (no such GPU at hand).
+    by_arch = {
+        # H100/H200, 227 KB per block. Measured on H100 80GB HBM3 (2026-11-26,
+        # benchmarks/tune_triton.py, do_bench median): 64x64, 4 warps, 3 stages was the
+        # best of 15 configs on 7 of 8 shapes (4x32x4096x128: 2.27 ms vs 2.56 ms for
+        # 128x64/8 warps); causal hd64 prefers 4 stages (0.0110 vs 0.0114 ms at S=512).
+        "sm_90": {
+            32: triton_config(64, 64, 4, 3),
+            64: triton_config(64, 64, 4, 3),
+            96: triton_config(64, 64, 4, 3),
+            128: triton_config(64, 64, 4, 3),
+            256: triton_config(64, 32, 4, 2),
+        },
+        # A100, 163 KB per block.
+        "sm_80": {
+            32: triton_config(128, 64, 4, 3),
+            64: triton_config(128, 64, 4, 3),
+            96: triton_config(128, 64, 8, 2),
+            128: triton_config(128, 64, 8, 2),
+            256: triton_config(64, 32, 4, 2),
+        },
+        # L4 / RTX 4090, 99 KB per block.
+        "sm_89": {
+            32: triton_config(128, 64, 4, 2),
+            64: triton_config(128, 64, 4, 2),
+            96: triton_config(64, 64, 4, 2),
+            128: triton_config(64, 64, 4, 2),
+            256: triton_config(64, 32, 4, 2),
+        },
+    }
+    table = {
+        (arch, head_dim, causal): config
+        for arch, table in by_arch.items()
+        for head_dim, config in table.items()
+        for causal in (False, True)
+    }
+    table[("sm_90", 64, True)] = triton_config(64, 64, 4, 4)
+    return table
+
+
+PINNED: dict[tuple[str, int, bool], triton.Config] = _pinned_table()
+
+# The TMA + warp-specialized path (sm_90 only; non-causal, seq_k a multiple of BLOCK_N):
+# head_dim -> config, num_warps=4 per consumer group (12 warps in all). 128x128 with 2
+# stages was the best of five on H200 (2026-11-26): 2.09 ms at 4x32x4096x128 vs 2.36 ms
+# for 128x64; num_stages=3 gave wrong results with triton 3.6 (rel err inf).
+WS_PINNED: dict[int, triton.Config] = {128: triton_config(128, 128, 4, 2)}
+# Below this many keys the pointer path wins: at S=1024 (hd 64) warp specialization took
+# 0.0202 ms vs 0.0186 ms, at S=2048 (hd 128) 0.0732 vs 0.0769 ms (H200, 2026-11-26).
+WS_MIN_SEQ_K = 2048
+
+
+def pinned(
+    capability: int, head_dim: int, causal: bool, elem_size: int, smem_budget: int
+) -> tuple[triton.Config, str]:
+    """The pointer path's config without autotuning, and its source.
+
+    An architecture missing from ``PINNED`` (sm_86, sm_100, sm_120, ...) borrows the
+    entry of the nearest listed one that fits ``smem_budget`` (shared memory per block):
+    Hopper's for newer parts, Ampere's and then Ada's for older ones; else the fallback.
+    """
+    nearest = ("sm_90", "sm_80", "sm_89") if capability >= 90 else ("sm_80", "sm_89", "sm_90")
+    for arch in (f"sm_{capability}", *nearest):
+        config = PINNED.get((arch, head_dim, causal))
+        if config is not None and smem_bytes(config, head_dim, elem_size) <= smem_budget:
+            return config, f"PINNED[{arch}]"
+    return FALLBACK_CONFIG, "fallback"
+
+
+# ----------------------------------------------------------------------------------------
+# The Gluon kernel's configs
+# ----------------------------------------------------------------------------------------
+
+VARIANTS = ("ws", "ws-pingpong", "ws-persistent", "simple", "simple-overlap")
+
+
+def gluon_config(
+    head_dim: int, causal: bool, variant: str = "ws", **overrides: int
+) -> dict[str, int]:
+    """The Gluon kernel's tile and pipeline choice per head_dim (BLOCK_N, STAGES, registers).
+
+    Shared memory per CTA (fp16): Q 2 x 64 x d, then STAGES x (K + V) of BLOCK_N x d.
+    hd 128: 32 KB + 3 x 64 KB = 224 KB; hd 64: 16 KB + 4 x 32 KB = 144 KB (of 227 KB).
+    Registers: 12 warps (two consumer warpgroups, the producer's warp rounded up to a
+    warpgroup) share 64K registers. With maxnreg=168 triton gives the producer 24, the
+    worker consumer 232 and the default-partition consumer the rest (248): FA3 uses
+    240 / 24-56. No spills (tests/test_gluon_compile.py).
+    """
+    del causal  # same tiles for both (FA3 narrows BLOCK_N for causal hd 128: 128 vs 176)
+    if variant.startswith("simple"):
+        cfg = {"BLOCK_N": 64 if head_dim == 128 else 128, "STAGES": 3, "num_warps": 4}
+    else:
+        cfg = {
+            "BLOCK_N": 128,
+            # hd 128, 3 stages (224 KB): 0.939 vs 1.038 ms at 4x32x4096 causal, 1.776 vs
+            # 1.794 full (H200); 2 stages were the first working choice. The persistent
+            # kernel's own O buffers (32 KB) leave room for two.
+            "STAGES": (2 if variant == "ws-persistent" else 3) if head_dim == 128 else 4,
+            "num_warps": 4,
+            "CONSUMER_REGS": 232,
+            "PRODUCER_REGS": 24,
+            "maxnreg": 168,
+        }
+    unknown = set(overrides) - set(cfg)
+    if unknown:
+        raise ValueError(f"config overrides {sorted(unknown)} unknown for variant {variant!r}")
+    cfg = {**cfg, **overrides}
+    if variant == "simple-overlap" and cfg["STAGES"] < 2:
+        # Its loop refills a slot only after waiting for the next tile: with one slot
+        # that tile never comes.
+        raise ValueError(f"variant {variant!r} needs STAGES >= 2, got {cfg['STAGES']}")
+    return cfg
+
+
+# Where the Gluon kernel was measured faster than the portable Triton kernel, and with
+# which variant: (head_dim, causal) -> (smallest seq_q * seq_k measured, variant,
+# config overrides). The entry point ("auto") takes it from that product up; the
+# gluon_flash name takes the variant at any length. H200, 2026-11-26
+# (docs/notes/gluon-kernel.md, CUDA-graph medians, three runs): hd 128 at S = 2048-16384
+# took 0.70-0.87x the Triton kernel's time (0.98x once) and 0.80-1.00x cuDNN's; hd 64 at
+# S = 1024 with the plain kernel 0.90-0.94x Triton's (64-key tiles for causal; parity
+# with cuDNN at 4x16x1024 causal, 0.93x at 1x16x1024). The launch plan keeps encoded TMA
+# descriptors, so the Gluon launch costs no more host time than the Triton one. Shapes
+# below the smallest measured product keep the Triton kernel (launch-bound; it is ahead
+# of cuDNN there).
+# hd 64 causal: the one-warpgroup kernel with intra-warpgroup overlap and 64-key tiles,
+# H100 2026-11-26 (docs/data/gluon-h100/): 0.0336 vs 0.0348 ms (plain, 64-key tiles)
+# at (4,16,1024,64), 0.1060 vs 0.1163 at (8,32,1024,64) bf16; non-causal it tied the
+# plain kernel (0.0127 both) with 128-key tiles and lost with 64.
+# hd 128 non-causal: the persistent kernel, H100 2026-11-26, side by side with cuDNN in
+# 25 interleaved rounds (docs/data/gluon-h100/persistent/): 0.972x [0.963, 0.981] at
+# (2,8,2048,128) and 0.970x [0.962, 0.978] at (4,32,4096,128), where the per-tile grid
+# measured 1.009x and 1.001x in the same rounds.
+FASTER: dict[tuple[int, bool], tuple[int, str, dict[str, int]]] = {
+    (128, False): (2048 * 2048, "ws-persistent", {}),
+    (128, True): (2048 * 2048, "ws", {}),
+    (64, False): (1024 * 1024, "simple", {}),
+    (64, True): (1024 * 1024, "simple-overlap", {"BLOCK_N": 64}),
+}
+
+
+def gluon_choice(head_dim: int, causal: bool, variant: str, overrides: Mapping[str, int]) -> Choice:
+    """The Gluon kernel's ``Choice`` for an explicit variant (ValueError for a bad one)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+    if variant == "ws-persistent" and causal:
+        # Causal row blocks differ in length: the per-tile grid (heaviest first) balances
+        # them, a static round-robin would not. Before the config: ws's, all of it.
+        variant = "ws"
+    cfg = gluon_config(head_dim, causal, variant, **overrides)
+    return Choice(
+        path=GLUON,
+        source="FASTER",
+        variant=variant,
+        overrides=tuple(sorted(overrides.items())),
+        gluon_config=tuple(cfg.items()),
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# The chooser
+# ----------------------------------------------------------------------------------------
+
+
+def _gluon_unsupported(
+    head_dim: int, seq_q: int, seq_k: int, capability: int | None, tma_aligned: bool
+) -> str | None:
+    if capability != GLUON_CAPABILITY:
+        where = "no GPU" if capability is None else f"sm_{capability}"
+        return f"the Gluon kernel needs sm_90 (wgmma, TMA), this is {where}"
+    if head_dim not in GLUON_HEAD_DIMS:
+        return f"q has head_dim {head_dim}; the Gluon kernel takes {GLUON_HEAD_DIMS}"
+    if seq_q < 1 or seq_k < 1:
+        return "the Gluon kernel needs seq_q, seq_k >= 1"
+    if not tma_aligned:
+        return "q, k, v, out: the Gluon kernel needs 16-byte aligned rows and bases (TMA)"
+    return None
+
+
+def choose(
+    *,
+    head_dim: int,
+    causal: bool,
+    seq_q: int,
+    seq_k: int,
+    elem_size: int,
+    capability: int | None,
+    smem_budget: int,
+    tma_aligned: bool,
+    env: Env,
+    kernel: Kernel = "auto",
+) -> Choice:
+    """The path and config of one call (see the module docstring).
+
+    ``capability``: 90 for sm_90, None off a GPU; ``smem_budget``: shared memory a block
+    may use on it; ``tma_aligned``: q, k, v and out have a unit last stride and 16-byte
+    aligned rows and bases. ``kernel="gluon"`` raises ``Unsupported`` where the Gluon
+    kernel cannot run; the others always choose. Does not apply the pointer path's
+    ``OutOfResources`` fallback (``FALLBACK_CONFIG``), which only a compile can tell.
+    """
+    if kernel == "gluon":
+        reason = _gluon_unsupported(head_dim, seq_q, seq_k, capability, tma_aligned)
+        if reason is not None:
+            raise Unsupported(reason)
+        _, variant, overrides = FASTER[(head_dim, causal)]
+        return gluon_choice(head_dim, causal, variant, overrides)
+    if env.interpret:
+        return Choice(INTERPRET, "INTERPRET_CONFIG", INTERPRET_CONFIG)
+    if env.autotune:
+        return Choice(AUTOTUNE, "CONFIGS")
+    if capability is None:
+        raise Unsupported("the Triton kernel needs a CUDA GPU (or TRITON_INTERPRET=1)")
+    faster = FASTER.get((head_dim, causal))
+    if (
+        kernel == "auto"
+        and env.gluon
+        and faster is not None
+        and seq_q * seq_k >= faster[0]
+        and _gluon_unsupported(head_dim, seq_q, seq_k, capability, tma_aligned) is None
+    ):
+        return gluon_choice(head_dim, causal, faster[1], faster[2])
+    ws = WS_PINNED.get(head_dim)
+    if (
+        ws is not None
+        and env.triton_ws
+        and not causal
+        and capability == 90
+        and seq_k >= WS_MIN_SEQ_K
+        and seq_k % ws.kwargs["BLOCK_N"] == 0
+        and tma_aligned
+    ):
+        return Choice(TMA_WS, "WS_PINNED", ws)
+    config, source = pinned(capability, head_dim, causal, elem_size, smem_budget)
+    return Choice(POINTER, source, config)

@@ -1,0 +1,264 @@
+"""The FlashAttention path chooser (kernels/flash_plan.py) and the names that run each path.
+
+Pure: no GPU, no interpreter, no compile. ``choose`` answers from the workload, the GPU's
+capability and shared memory, the tensors' TMA alignment and the switches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+from kernels import flash_plan, registry
+from kernels.flash_plan import Env
+
+ROOT = Path(__file__).resolve().parent.parent
+SM90_SMEM = 232448
+COMPILED = Env()  # the defaults: a GPU, no switch set
+
+# The suite's seven shapes (suites/default.yaml): (seq, head_dim, causal).
+SUITE = [
+    (128, 64, False),
+    (512, 64, False),
+    (512, 64, True),
+    (1024, 64, False),
+    (1024, 64, True),
+    (2048, 128, False),
+    (2048, 128, True),
+]
+
+
+def choose(
+    seq: int,
+    head_dim: int,
+    causal: bool,
+    *,
+    kernel: flash_plan.Kernel = "auto",
+    capability: int | None = 90,
+    env: Env = COMPILED,
+    seq_k: int | None = None,
+    aligned: bool = True,
+    smem: int = SM90_SMEM,
+) -> flash_plan.Choice:
+    return flash_plan.choose(
+        head_dim=head_dim, causal=causal, seq_q=seq, seq_k=seq if seq_k is None else seq_k,
+        elem_size=2, capability=capability, smem_budget=smem, tma_aligned=aligned, env=env,
+        kernel=kernel,
+    )  # fmt: skip
+
+
+# On an H100: what each name runs on each suite shape.
+SM90_AUTO = {
+    (128, 64, False): "pointer",
+    (512, 64, False): "pointer",
+    (512, 64, True): "pointer",
+    (1024, 64, False): "gluon-simple",
+    (1024, 64, True): "gluon-simple-overlap",
+    (2048, 128, False): "gluon-ws-persistent",
+    (2048, 128, True): "gluon-ws",
+}
+SM90_TRITON = {
+    **{shape: "pointer" for shape in SUITE},
+    (2048, 128, False): "tma_ws",
+}
+SM90_GLUON = {
+    (seq, hd, causal): f"gluon-{flash_plan.FASTER[(hd, causal)][1]}" for seq, hd, causal in SUITE
+}
+
+
+@pytest.mark.parametrize(("seq", "head_dim", "causal"), SUITE)
+@pytest.mark.parametrize(
+    ("kernel", "expected"),
+    [("auto", SM90_AUTO), ("triton", SM90_TRITON), ("gluon", SM90_GLUON)],
+    ids=["auto", "triton", "gluon"],
+)
+def test_suite_shapes_on_sm90(kernel, expected, seq, head_dim, causal):
+    choice = choose(seq, head_dim, causal, kernel=kernel)
+    assert choice.label == expected[(seq, head_dim, causal)]
+    assert choice.kernel == ("gluon" if choice.label.startswith("gluon") else "triton")
+
+
+@pytest.mark.parametrize(("seq", "head_dim", "causal"), SUITE)
+@pytest.mark.parametrize("capability", [80, 89, 86, 100, 120])
+@pytest.mark.parametrize("kernel", ["auto", "triton"])
+def test_off_sm90_only_the_pointer_path(kernel, capability, seq, head_dim, causal):
+    choice = choose(seq, head_dim, causal, kernel=kernel, capability=capability, smem=101376)
+    assert choice.path == flash_plan.POINTER and choice.kernel == "triton"
+    assert choice.config is not None
+    assert flash_plan.smem_bytes(choice.config, head_dim) <= 101376
+
+
+@pytest.mark.parametrize("capability", [None, 80, 89, 100])
+def test_gluon_name_is_sm90_only(capability):
+    with pytest.raises(flash_plan.Unsupported, match="sm_90"):
+        choose(2048, 128, False, kernel="gluon", capability=capability)
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "change", "match"),
+    [
+        (32, {}, "head_dim"),
+        (256, {}, "head_dim"),
+        (64, {"aligned": False}, "aligned"),
+        (64, {"seq_k": 0}, "seq_k >= 1"),
+    ],
+)
+def test_gluon_name_refuses_what_it_cannot_take(head_dim, change, match):
+    with pytest.raises(flash_plan.Unsupported, match=match):
+        choose(1024, head_dim, False, kernel="gluon", **change)
+    # The entry point takes the Triton kernel there instead.
+    assert choose(1024, head_dim, False, **change).kernel == "triton"
+
+
+@pytest.mark.parametrize(("seq", "head_dim", "causal"), SUITE)
+def test_gluon_off_switch_keeps_the_entry_point_on_triton(seq, head_dim, causal):
+    off = dataclasses.replace(COMPILED, gluon=False)
+    assert choose(seq, head_dim, causal, env=off) == choose(seq, head_dim, causal, kernel="triton")
+    # ATTN_GLUON is the entry point's switch only: the gluon_flash name ignores it.
+    assert choose(seq, head_dim, causal, kernel="gluon", env=off).kernel == "gluon"
+
+
+def test_ws_switch_and_rules():
+    assert choose(2048, 128, False, kernel="triton").path == flash_plan.TMA_WS
+    off = dataclasses.replace(COMPILED, triton_ws=False)
+    assert choose(2048, 128, False, kernel="triton", env=off).path == flash_plan.POINTER
+    for change in (
+        {"seq_k": flash_plan.WS_MIN_SEQ_K - 128},  # too few keys
+        {"seq_k": 2049},  # not a multiple of the tile
+        {"aligned": False},
+        {"capability": 80, "smem": 166912},
+    ):
+        assert choose(2048, 128, False, kernel="triton", **change).path == flash_plan.POINTER
+    assert choose(2048, 128, True, kernel="triton").path == flash_plan.POINTER  # causal
+    assert choose(4096, 64, False, kernel="triton").path == flash_plan.POINTER  # hd 64
+
+
+def test_faster_thresholds_are_products_of_lengths():
+    # hd 128 non-causal from 2048 x 2048 keys x queries, in either shape.
+    assert choose(2048, 128, False, seq_k=2048).kernel == "gluon"
+    assert choose(1024, 128, False, seq_k=4096).kernel == "gluon"
+    assert choose(2048, 128, False, seq_k=2047).kernel == "triton"
+
+
+def test_switches_that_override_the_gpu():
+    interp = dataclasses.replace(COMPILED, interpret=True)
+    for kernel in ("auto", "triton"):
+        choice = choose(2048, 128, False, kernel=kernel, env=interp, capability=None)
+        assert choice.path == flash_plan.INTERPRET
+        assert choice.config is flash_plan.INTERPRET_CONFIG
+    tune = dataclasses.replace(COMPILED, autotune=True)
+    choice = choose(2048, 128, False, env=tune)
+    assert choice.path == flash_plan.AUTOTUNE and choice.config is None
+    # The gluon_flash name is the Gluon kernel whatever the Triton switches say.
+    assert choose(2048, 128, False, kernel="gluon", env=tune).kernel == "gluon"
+    with pytest.raises(flash_plan.Unsupported, match="CUDA GPU"):
+        choose(128, 64, False, capability=None)
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, Env(gluon=True, triton_ws=True, autotune=False, interpret=False)),
+        ({"ATTN_GLUON": "0"}, Env(gluon=False)),
+        ({"ATTN_GLUON": "1", "ATTN_TRITON_WS": "0"}, Env(triton_ws=False)),
+        ({"ATTN_TRITON_AUTOTUNE": "1"}, Env(autotune=True)),
+        ({"ATTN_TRITON_AUTOTUNE": "yes"}, Env()),
+        ({"TRITON_INTERPRET": "1"}, Env(interpret=True)),
+    ],
+)
+def test_env_read(environ, expected):
+    assert Env.read(environ.get) == expected
+
+
+def test_gluon_choice_carries_the_config_the_kernel_launches_with():
+    choice = choose(1024, 64, True, kernel="gluon")
+    assert (choice.variant, choice.overrides) == ("simple-overlap", (("BLOCK_N", 64),))
+    assert dict(choice.gluon_config) == flash_plan.gluon_config(64, True, "simple-overlap",
+                                                                BLOCK_N=64)  # fmt: skip
+    # An explicit persistent variant on a causal call runs "ws", with ws's config.
+    explicit = flash_plan.gluon_choice(128, True, "ws-persistent", {})
+    assert explicit.variant == "ws"
+    assert dict(explicit.gluon_config) == flash_plan.gluon_config(128, True, "ws")
+    with pytest.raises(ValueError, match="variant"):
+        flash_plan.gluon_choice(128, False, "fast", {})
+
+
+# ----------------------------------------------------------------------------------------
+# The registry's names
+# ----------------------------------------------------------------------------------------
+
+
+def test_each_flash_name_loads_its_own_module():
+    loads = {
+        "triton_flash": ("kernels.triton_flash", "flash_attention_fwd"),
+        "flash_attention": ("kernels.triton_flash_fwd", "flash_attention_fwd"),
+    }
+    for name, (module, attr) in loads.items():
+        assert registry.get(name).loader() is getattr(importlib.import_module(module), attr)
+    spec = registry.get("gluon_flash")
+    assert spec.accepts_out and spec.resources is not None
+    # Each name's source hash covers its own kernel file, not the other kernel's.
+    assert "gluon_flash_fwd.py" not in registry.get("triton_flash").source_files
+    assert "triton_flash.py" not in spec.source_files
+    assert {"triton_flash.py", "gluon_flash_fwd.py"} <= set(
+        registry.get("flash_attention").source_files
+    )
+    for name in ("triton_flash", "gluon_flash", "flash_attention"):
+        assert all((ROOT / "kernels" / f).is_file() for f in registry.get(name).source_files)
+
+
+def test_gluon_flash_unavailable_off_a_gpu():
+    reason = registry.get("gluon_flash").probe("cpu")
+    assert reason == "needs a CUDA GPU"
+
+
+def test_gluon_flash_unavailable_off_sm90(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    reason = registry.get("gluon_flash").probe("cuda")
+    assert reason is not None and "sm_90" in reason and "sm_80" in reason
+
+
+def test_the_suite_gates_each_kernel_by_its_own_name():
+    # Read as plain YAML (the guard's loader validates it: tests/test_suite.py): every
+    # kernel under `kernels` runs on every case, with the suite's one threshold.
+    import yaml
+
+    suite = yaml.safe_load((ROOT / "suites" / "default.yaml").read_text())
+    assert set(suite["gate"]) == {"triton_flash", "gluon_flash", "cuda_flash"}
+    assert set(suite["gate"]) <= set(suite["kernels"])
+    assert "flash_attention" in suite["kernels"]  # measured, a control
+    assert len(suite["cases"]) == 7
+    assert not any("kernels" in case or "threshold" in case for case in suite["cases"])
+    assert all(name in registry.REGISTRY for name in suite["kernels"])
+
+
+def test_kernel_modules_import_no_circle():
+    # Each kernel module imports on its own, without the entry point or the other kernel.
+    code = (
+        "import sys; import kernels.triton_flash as t; "
+        "assert 'kernels.triton_flash_fwd' not in sys.modules, 'entry'; "
+        "assert 'kernels.gluon_flash_fwd' not in sys.modules, 'gluon'; "
+        "import kernels.gluon_flash_fwd; "
+        "assert 'kernels.triton_flash_fwd' not in sys.modules, 'entry'"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+        timeout=300, check=False,
+    )  # fmt: skip
+    if "No module named 'triton.experimental.gluon" in proc.stderr:
+        pytest.skip("this triton has no Gluon")
+    assert proc.returncode == 0, proc.stderr[-2000:]
