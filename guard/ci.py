@@ -288,7 +288,9 @@ def _stored_context(comparison: Comparison, baselines: str, device: str) -> list
     if stored is None:
         return []
     try:
-        vs = compare_runs(stored, comparison.candidate, alpha=comparison.alpha)
+        vs = compare_runs(
+            stored, comparison.candidate, alpha=comparison.alpha, plan=comparison.plan
+        )
     except GuardError:
         return []
     beyond = [c for c in vs.cases if c.gate and c.interval and c.verdict and c.verdict.fails]
@@ -404,13 +406,12 @@ def run(
             if exc.exit_code == ExitCode.INFRA
             else CheckVerdict.BAD_INPUT
         )
-        headline = f"{verdict.label}: {text.one_line(exc)}"
+        headline = verdict.headline(text.one_line(exc))
         return Outcome(verdict, headline, **context), ""  # type: ignore[arg-type]
     except Exception as exc:  # a bug in the guard: infrastructure, never the PR's verdict
         print_untrusted("".join(traceback.format_exception(exc)).rstrip())
-        message = (
-            f"{CheckVerdict.INFRASTRUCTURE.label}: the guard crashed: "
-            f"{type(exc).__name__}: {text.one_line(exc)}"
+        message = CheckVerdict.INFRASTRUCTURE.headline(
+            f"the guard crashed: {type(exc).__name__}: {text.one_line(exc)}"
         )
         outcome = Outcome(CheckVerdict.INFRASTRUCTURE, message, **context)  # type: ignore[arg-type]
         return outcome, ""

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from guard import cli_report, core, render, results, terminal, text
-from guard.compare import Comparison
-from guard.errors import ExitCode, GuardError
+from guard.compare import Comparison, no_gated_checked, run_verdict
+from guard.errors import GuardError
+from guard.outcome import CheckVerdict
 from guard.runner import ProgressFn
 from guard.suite import Suite
 
@@ -122,31 +123,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _finish_run(args: argparse.Namespace, run: results.RunResult, no_verdict: str = "") -> None:
+def _finish_run(args: argparse.Namespace, run: results.RunResult) -> None:
     _save_results(args, run)
     cli_report.append_history(args, run)
     _fallback_note(run)
+    verdict, why = run_verdict(run)
+    headline = verdict.headline(why) if verdict is not CheckVerdict.PASS else ""
     if args.json:
         terminal.emit_json(results.to_json(run))
-        if no_verdict:  # stdout stays the results document
-            print(f"NO VERDICT: {text.one_line(no_verdict)}", file=sys.stderr)
+        if headline:  # stdout stays the results document
+            print(text.one_line(headline), file=sys.stderr)
     else:
         terminal.print_table(render.RUN_HEADER, render.run_rows(run))
-        if no_verdict:
-            print(f"\nNO VERDICT: {text.one_line(no_verdict)}")
-    _write_summary(render.run_markdown(run, no_verdict), args.markdown)
-
-
-def _run_exit(run: results.RunResult) -> int:
-    """Wrong results 1, a gated case that failed to run 3, no gated case checked 2
-    (nothing the suite gates was looked at: no verdict, never a pass), else 0."""
-    if run.correctness_failures:
-        return ExitCode.FAIL
-    if any(c.case.gate for c in run.infra_failures):
-        return ExitCode.INFRA
-    if core.no_gated_checked(run):
-        return ExitCode.BAD_INPUT
-    return ExitCode.PASS
+        if headline:
+            print(f"\n{text.one_line(headline)}")
+    _write_summary(render.run_markdown(run, headline=headline), args.markdown)
 
 
 # core.check or core.run: (suite, options, progress) -> the measured run.
@@ -162,8 +153,8 @@ def _measure(args: argparse.Namespace, operation: MeasureFn, then: str) -> int:
         run = operation(suite, _opts(args), progress)
     finally:
         progress.close()
-    _finish_run(args, run, core.no_gated_checked(run))
-    return _run_exit(run)
+    _finish_run(args, run)
+    return int(run_verdict(run)[0].exit_code)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -207,7 +198,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.against or args.baseline or args.baseline_ref:
             raise GuardError("give either two files or --against/--baseline/--baseline-ref")
         _check_outputs(args, results_file=False)
-        comparison = core.compare_files(args.files[0], args.files[1], alpha=args.alpha)
+        plan = _suite(args).timing  # the suite's margin, drift and alpha decide
+        comparison = core.compare_files(args.files[0], args.files[1], args.alpha, plan)
         return _render_comparison(args, comparison)
 
     suite = _suite(args)
@@ -254,19 +246,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.json:
             terminal.emit_json(
                 {
-                    "headline": "NO VERDICT",
-                    "reason": outcome.no_verdict_reason,
+                    "headline": outcome.headline,
+                    "reason": outcome.decision[1],
                     "exit_code": int(outcome.exit_code),
                     "results": results.to_json(outcome.candidate),
                 }
             )
         else:
             terminal.print_table(render.RUN_HEADER, render.run_rows(outcome.candidate))
-            print(f"\nNO VERDICT: {text.one_line(outcome.no_verdict_reason)}")
-        _write_summary(
-            render.run_markdown(outcome.candidate, outcome.no_verdict_reason), args.markdown
-        )
-        title = "No verdict" if core.no_gated_checked(outcome.candidate) else "No baseline"
+            print(f"\n{text.one_line(outcome.headline)}")
+        summary = render.run_markdown(outcome.candidate, headline=outcome.headline)
+        _write_summary(summary, args.markdown)
+        title = "No verdict" if no_gated_checked(outcome.candidate) else "No baseline"
         text.annotate("warning", title, outcome.no_verdict_reason)
         return int(outcome.exit_code)
     return _render_comparison(args, outcome.comparison)
@@ -407,7 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="confirm regressions with a paired rerun against REF on this machine",
     )
     p.add_argument(
-        "--alpha", type=terminal.alpha, default=0.01, help="family false-alarm rate (files)"
+        "--alpha",
+        type=terminal.alpha,
+        default=None,
+        help="family false-alarm rate (files; default: the suite's timing.alpha)",
     )
     p.add_argument(
         "--time-identical",

@@ -35,7 +35,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     run = results.load(args.results)
     comparison = None
     if args.baseline:
-        comparison = compare_runs(results.load(args.baseline), run, alpha=args.alpha)
+        plan = core.open_suite(args.suite).timing  # the suite's margin, drift and alpha
+        comparison = compare_runs(results.load(args.baseline), run, alpha=args.alpha, plan=plan)
     trends = {}
     if args.history:
         trends = history.trends(
@@ -60,7 +61,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         data: dict[str, Any] = (
             render.comparison_json(comparison)
             if comparison is not None
-            else {"headline": "RUN ONLY", "results": results.to_json(run)}
+            else {"headline": report.run_headline(run)[0], "results": results.to_json(run)}
         )
         data["html"] = args.html
         data["history"] = {k: history.trend_json(t) for k, t in trends.items()}
@@ -137,7 +138,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help="last N runs (default 60)",
     )
-    p.add_argument("--alpha", type=terminal.alpha, default=0.01, help="family false-alarm rate")
+    p.add_argument(
+        "--alpha",
+        type=terminal.alpha,
+        default=None,
+        help="family false-alarm rate (default: the suite's timing.alpha)",
+    )
+    p.add_argument(
+        "--suite",
+        default=str(core.DEFAULT_SUITE),
+        help="suite YAML file whose timing plan decides --baseline",
+    )
     p.add_argument("--report-url", default="", help="link the Markdown to the HTML report")
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=cmd_report)

@@ -170,24 +170,59 @@ class Comparison:
     alpha: float
     environment_diff: tuple[tuple[str, str, str], ...] = ()
     notes: tuple[str, ...] = ()
+    # The suite's timing plan it was decided under: a further comparison of the same
+    # candidate (the PR check's stored-baseline context) decides under it too.
+    plan: TimingPlan = field(default_factory=TimingPlan)
 
     @property
     def verdict(self) -> CheckVerdict:
-        """The whole check's verdict (and so its exit code): decided here only."""
-        if any(c.status is Status.WRONG for c in self.cases):
-            return CheckVerdict.WRONG_RESULTS
-        if any(c.fails for c in self.cases):
-            return CheckVerdict.REGRESSION
-        if any(c.infra_failure for c in self.cases):
-            return CheckVerdict.INFRASTRUCTURE
+        """The whole check's verdict (and so its exit code): ``decision`` decides it."""
+        return self.decision[0]
+
+    @property
+    def decision(self) -> tuple[CheckVerdict, str]:
+        """The verdict and why, decided here only; the headline and the exit code follow
+        from it (``CheckVerdict.headline``, ``CheckVerdict.exit_code``)."""
+        wrong = [c for c in self.cases if c.status is Status.WRONG]
+        regressed = [c for c in self.cases if c.fails and c.status is Status.COMPARED]
+        errors = [c for c in self.cases if c.infra_failure]
+        if wrong or regressed:
+            parts = []
+            if wrong:
+                parts.append(f"{len(wrong)} case(s) with wrong results")
+            if regressed:
+                parts.append(f"{len(regressed)} significant regression(s)")
+            verdict = CheckVerdict.WRONG_RESULTS if wrong else CheckVerdict.REGRESSION
+            return verdict, ", ".join(parts)
+        if errors:
+            why = f"{len(errors)} gated case(s) crashed, timed out or failed to build"
+            return CheckVerdict.INFRASTRUCTURE, why
         if self.no_verdict_reason:
-            return CheckVerdict.NO_VERDICT  # neutral: nothing measured that could pass
+            # Neutral: nothing measured that could pass.
+            why = f"no gated case was measured ({self.no_verdict_reason})"
+            return CheckVerdict.NO_VERDICT, why
         if self.unresolved:
             # Its interval could not call it, yet the best estimate is a slowdown beyond
             # the threshold: passing would wave through a kernel measured 3x slower on
             # too few rounds. Not a failure either (nothing significant): exit 2.
-            return CheckVerdict.NO_VERDICT
-        return CheckVerdict.PASS
+            worst = self.unresolved[0]
+            why = (
+                f"{len(self.unresolved)} gated case(s) inconclusive with an estimate beyond "
+                f"the threshold; {worst.case_id}: {worst.unresolved_note}"
+            )
+            return CheckVerdict.NO_VERDICT, why
+        improved = sum(1 for c in self.cases if c.gate and c.verdict is Verdict.IMPROVEMENT)
+        inconclusive = sum(1 for c in self.cases if c.gate and c.verdict is Verdict.INCONCLUSIVE)
+        too_few = sum(1 for c in self.cases if c.gate and c.status is Status.TOO_FEW_ROUNDS)
+        extra = []
+        if improved:
+            extra.append(f"{improved} improved")
+        if inconclusive:
+            extra.append(f"{inconclusive} inconclusive")
+        if too_few:
+            extra.append(f"{too_few} with too few rounds to decide")
+        why = "no significant regression" + (f" ({', '.join(extra)})" if extra else "")
+        return CheckVerdict.PASS, why
 
     @property
     def exit_code(self) -> ExitCode:
@@ -224,43 +259,8 @@ class Comparison:
 
     @property
     def headline(self) -> str:
-        wrong = [c for c in self.cases if c.status is Status.WRONG]
-        regressed = [c for c in self.cases if c.fails and c.status is Status.COMPARED]
-        errors = [c for c in self.cases if c.infra_failure]
-        if wrong or regressed:
-            parts = []
-            if wrong:
-                parts.append(f"{len(wrong)} case(s) with wrong results")
-            if regressed:
-                parts.append(f"{len(regressed)} significant regression(s)")
-            return "FAIL: " + ", ".join(parts)
-        if errors:
-            return f"ERROR: {len(errors)} gated case(s) crashed, timed out or failed to build"
-        if self.no_verdict_reason:
-            return f"NO VERDICT: no gated case was measured ({self.no_verdict_reason})"
-        if self.unresolved:
-            worst = self.unresolved[0]
-            return (
-                f"NO VERDICT: {len(self.unresolved)} gated case(s) inconclusive with an "
-                f"estimate beyond the threshold; {worst.case_id}: {worst.unresolved_note}"
-            )
-        improved = sum(1 for c in self.cases if c.gate and c.verdict is Verdict.IMPROVEMENT)
-        inconclusive = sum(1 for c in self.cases if c.gate and c.verdict is Verdict.INCONCLUSIVE)
-        too_few = sum(1 for c in self.cases if c.gate and c.status is Status.TOO_FEW_ROUNDS)
-        if too_few and not any(c.gate and c.verdict is not None for c in self.cases):
-            return (
-                f"NO VERDICT: {too_few} gated case(s) have too few rounds for an interval "
-                "(ratios shown without one)"
-            )
-        text = "PASS: no significant regression"
-        extra = []
-        if improved:
-            extra.append(f"{improved} improved")
-        if inconclusive:
-            extra.append(f"{inconclusive} inconclusive")
-        if too_few:
-            extra.append(f"{too_few} with too few rounds to decide")
-        return text + (f" ({', '.join(extra)})" if extra else "")
+        verdict, why = self.decision
+        return verdict.headline(why)
 
     @property
     def unresolved(self) -> tuple[CaseComparison, ...]:
@@ -403,16 +403,19 @@ def compare_runs(
     baseline: RunResult,
     candidate: RunResult,
     *,
-    alpha: float = 0.01,
+    alpha: float | None = None,
     seed: int = 0,
     plan: TimingPlan | None = None,
     paired: bool = False,
     use_fingerprints: bool = True,
 ) -> Comparison:
     """Decide every candidate case against the baseline (``paired``: both measured
-    here, interleaved; otherwise a stored baseline, with ``plan.drift`` allowed)."""
+    here, interleaved; otherwise a stored baseline, with ``plan.drift`` allowed).
+    ``plan``: the suite's timing plan (its margin, drift and, without ``alpha``, its
+    alpha); every caller with a suite passes it."""
     check_comparable(baseline, candidate)
     plan = plan or TimingPlan()
+    alpha = plan.alpha if alpha is None else alpha
     rng = np.random.default_rng(seed)
     gated = [
         c
@@ -461,6 +464,7 @@ def compare_runs(
         alpha=alpha,
         environment_diff=tuple(baseline.environment.differences(candidate.environment)),
         notes=tuple(notes),
+        plan=plan,
     )
 
 
@@ -477,3 +481,46 @@ def replace_cases(comparison: Comparison, confirmed: Comparison) -> Comparison:
     )
     note = f"{len(by_id)} case(s) confirmed by a paired rerun against {confirmed.baseline.label}"
     return replace(comparison, cases=cases, notes=(*comparison.notes, note))
+
+
+def no_gated_checked(run: RunResult) -> str:
+    """Why no gated case of ``run`` passed its correctness check ("" when one did):
+    then nothing the suite gates was checked, and there is no verdict, never a pass."""
+    gated = [c for c in run.cases if c.case.gate]
+    if any(c.status == OK for c in gated):
+        return ""
+    if not gated:
+        return f"none of the {len(run.cases)} case(s) is gated"
+    why: dict[str, str] = {}  # kernel -> its first case's reason
+    for c in gated:
+        reason = c.reason if c.status == UNAVAILABLE else f"{c.status}: {c.reason}"
+        why.setdefault(c.case.kernel, shown_reason(reason))
+    kernels_ = "; ".join(f"{k}: {w}" for k, w in why.items())
+    where = " on the CPU" if run.environment.device == "cpu" else ""
+    return f"no gated kernel could be checked here{where} ({kernels_})"
+
+
+def shown_reason(reason: str) -> str:
+    """A worker's reason for one line: its first line only."""
+    return reason.strip().splitlines()[0] if reason.strip() else "no reason given"
+
+
+def run_verdict(run: RunResult, no_baseline: str = "") -> tuple[CheckVerdict, str]:
+    """The verdict of a run compared with nothing (guard check, run, a compare without a
+    baseline, a report of one run) and why: wrong results fail, a gated case that could
+    not run is an infrastructure error (a not-gated one decides nothing), no gated case
+    checked or nothing to compare with (``no_baseline``) is no verdict, never a pass."""
+    if run.correctness_failures:
+        return (
+            CheckVerdict.WRONG_RESULTS,
+            f"{len(run.correctness_failures)} case(s) with wrong results",
+        )
+    infra = [c for c in run.infra_failures if c.case.gate]
+    if infra:
+        why = f"{len(infra)} gated case(s) crashed, timed out or failed to build"
+        return CheckVerdict.INFRASTRUCTURE, why
+    unchecked = no_gated_checked(run)
+    if unchecked or no_baseline:
+        return CheckVerdict.NO_VERDICT, unchecked or no_baseline
+    checked = sum(1 for c in run.cases if c.case.gate and c.status == OK)
+    return CheckVerdict.PASS, f"{checked} gated case(s) correct"

@@ -19,12 +19,19 @@ from typing import ParamSpec, TypeVar
 
 from guard import env as guard_env
 from guard import results
-from guard.compare import Comparison, compare_runs, replace_cases
+from guard.compare import (
+    Comparison,
+    compare_runs,
+    no_gated_checked,
+    replace_cases,
+    run_verdict,
+)
 from guard.errors import BadInput, ExitCode, GuardError, InfraError, shown
+from guard.outcome import CheckVerdict
 from guard.proc import kill_running_groups, local_kernels_root
-from guard.results import OK, UNAVAILABLE, RunResult
+from guard.results import OK, RunResult
 from guard.runner import Arm, ProgressFn, Session, _noop, sigterm_unwinds
-from guard.suite import Suite, load_suite
+from guard.suite import Suite, TimingPlan, load_suite
 
 DEFAULT_SUITE = Path("suites/default.yaml")
 DEFAULT_BASELINES = Path("baselines")
@@ -70,22 +77,26 @@ class CompareOutcome:
     no_verdict_reason: str = ""
 
     @property
-    def exit_code(self) -> ExitCode:
-        """The comparison's (which has no verdict without a gated case compared), or,
-        with nothing to compare with, never a pass."""
+    def decision(self) -> tuple[CheckVerdict, str]:
+        """The comparison's verdict and why (no verdict without a gated case compared),
+        or, with nothing to compare with, the run's (``compare.run_verdict``): never a
+        pass."""
         if self.comparison is not None:
-            return self.comparison.exit_code
-        if self.candidate.correctness_failures:
-            return ExitCode.FAIL
-        if any(c.case.gate for c in self.candidate.infra_failures):
-            return ExitCode.INFRA
-        return ExitCode.BAD_INPUT  # nothing to compare with: a configuration problem
+            return self.comparison.decision
+        return run_verdict(self.candidate, self.no_verdict_reason or "nothing to compare with")
+
+    @property
+    def verdict(self) -> CheckVerdict:
+        return self.decision[0]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return self.verdict.exit_code
 
     @property
     def headline(self) -> str:
-        if self.comparison is not None:
-            return self.comparison.headline
-        return f"NO VERDICT: {self.no_verdict_reason}"
+        verdict, why = self.decision
+        return verdict.headline(why)
 
 
 def load_plugins(modules: Sequence[str], paths: Sequence[str] = ()) -> None:
@@ -150,28 +161,6 @@ def preflight(suite: Suite, opts: MeasureOptions = MeasureOptions()) -> Prefligh
         else:
             runnable.append(name)
     return Preflight(device, reason, tuple(blocked), tuple(runnable))
-
-
-def no_gated_checked(run: RunResult) -> str:
-    """Why no gated case of ``run`` passed its correctness check ("" when one did):
-    then nothing the suite gates was checked, and there is no verdict, never a pass."""
-    gated = [c for c in run.cases if c.case.gate]
-    if any(c.status == OK for c in gated):
-        return ""
-    if not gated:
-        return f"none of the {len(run.cases)} case(s) is gated"
-    why: dict[str, str] = {}  # kernel -> its first case's reason
-    for c in gated:
-        reason = c.reason if c.status == UNAVAILABLE else f"{c.status}: {c.reason}"
-        why.setdefault(c.case.kernel, shown_reason(reason))
-    kernels_ = "; ".join(f"{k}: {w}" for k, w in why.items())
-    where = " on the CPU" if run.environment.device == "cpu" else ""
-    return f"no gated kernel could be checked here{where} ({kernels_})"
-
-
-def shown_reason(reason: str) -> str:
-    """A worker's reason for one line: its first line only."""
-    return reason.strip().splitlines()[0] if reason.strip() else "no reason given"
 
 
 def check_output_path(option: str, path: str | Path) -> None:
@@ -637,10 +626,16 @@ def with_resource_changes(
 
 
 def compare_files(
-    baseline_path_: str | Path, candidate_path: str | Path, alpha: float = 0.01
+    baseline_path_: str | Path,
+    candidate_path: str | Path,
+    alpha: float | None = None,
+    plan: TimingPlan | None = None,
 ) -> Comparison:
-    """Two result files: from anywhere, so compared as a stored baseline (drift allowed)."""
-    return compare_runs(results.load(baseline_path_), results.load(candidate_path), alpha=alpha)
+    """Two result files: from anywhere, so compared as a stored baseline (the suite's
+    ``plan.drift`` allowed; ``alpha`` defaults to the plan's)."""
+    return compare_runs(
+        results.load(baseline_path_), results.load(candidate_path), alpha=alpha, plan=plan
+    )
 
 
 @dataclass(frozen=True)

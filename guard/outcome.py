@@ -64,6 +64,16 @@ class CheckVerdict(str, enum.Enum):
         """The word a headline starts with (``LABEL: why``)."""
         return _LABEL[self]
 
+    @property
+    def tone(self) -> str:
+        """The headline's colour class in a report: pass, fail, error or neutral."""
+        return _TONE[self]
+
+    def headline(self, why: str) -> str:
+        """The one headline of a check with this verdict: ``LABEL: why``. Every entry
+        point (guard compare/check/run/report, guard.ci, the PR comment) shows this."""
+        return f"{self.label}: {why}"
+
 
 _LABEL = {
     CheckVerdict.PASS: "PASS",
@@ -72,6 +82,14 @@ _LABEL = {
     CheckVerdict.NO_VERDICT: "NO VERDICT",
     CheckVerdict.BAD_INPUT: "BAD INPUT",
     CheckVerdict.INFRASTRUCTURE: "ERROR",
+}
+_TONE = {
+    CheckVerdict.PASS: "pass",
+    CheckVerdict.REGRESSION: "fail",
+    CheckVerdict.WRONG_RESULTS: "fail",
+    CheckVerdict.NO_VERDICT: "neutral",
+    CheckVerdict.BAD_INPUT: "neutral",
+    CheckVerdict.INFRASTRUCTURE: "error",
 }
 _EXIT = {
     CheckVerdict.PASS: ExitCode.PASS,

@@ -15,6 +15,7 @@ groups and sessions too) and reaps them.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -142,29 +143,37 @@ def _read_tail(f: BinaryIO, limit: int) -> str:
     return f.read().decode("utf-8", errors="replace")
 
 
-# Process groups of run_group children still running (their leaders' pids), so that an
-# interrupted caller can end them: run_group may wait in a thread of a pool, and a pool
-# waits for its threads on the way out, i.e. for the children's timeout. The runner's
-# workers are listed too (``start_group``): end_strays never takes a listed child, or a
-# member of a listed group or session, for a stray.
-_RUNNING: set[int] = set()
+# The one registry of process groups this guard started and has not reaped yet (their
+# leaders, by pid = process group id): run_group's children and the runner's workers
+# (``start_group``). An interrupted caller ends them (``kill_running_groups``: run_group
+# may wait in a thread of a pool, and a pool waits for its threads on the way out, i.e.
+# for the children's timeout); the guard leaving ends and reaps them (``stop_running``);
+# end_strays never takes a listed child, or a member of a listed group or session, for a
+# stray.
+_RUNNING: dict[int, subprocess.Popen[Any]] = {}
 _RUNNING_LOCK = threading.Lock()
 
 
 def start_group(argv: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
     """``Popen(argv, **popen)`` as the leader of a new session, listed in ``_RUNNING``
     before any ``end_strays`` (another thread's) can see it unlisted. The caller calls
-    ``forget_group`` before reaping it. OSError when it cannot start."""
+    ``forget_group`` (or ``stop_group``) before reaping it. OSError when it cannot start."""
     with _RUNNING_LOCK:
         proc = subprocess.Popen(list(argv), start_new_session=True, **popen)
-        _RUNNING.add(proc.pid)
+        _RUNNING[proc.pid] = proc
     return proc
 
 
 def forget_group(pid: int) -> None:
     """Unlist a ``start_group`` child (before reaping it: a listed pid is never reused)."""
     with _RUNNING_LOCK:
-        _RUNNING.discard(pid)
+        _RUNNING.pop(pid, None)
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL a listed child's whole process group (it leads it: pgid == pid)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def kill_running_groups() -> None:
@@ -172,8 +181,28 @@ def kill_running_groups() -> None:
     with _RUNNING_LOCK:
         pids = list(_RUNNING)
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
+        kill_group(pid)
+
+
+def stop_group(proc: subprocess.Popen[Any]) -> None:
+    """Kill a ``start_group`` child's group, close its stdin (a worker's watchdog reads
+    it), unlist and reap it."""
+    kill_group(proc.pid)
+    if proc.stdin is not None:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    forget_group(proc.pid)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=30)
+
+
+@atexit.register
+def stop_running() -> None:
+    """Stop every listed child still running (the guard is leaving)."""
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING.values())
+    for proc in procs:
+        stop_group(proc)
 
 
 def run_group(
@@ -202,8 +231,7 @@ def run_group(
         except subprocess.TimeoutExpired:
             code = None
         finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            kill_group(proc.pid)
             forget_group(proc.pid)
             proc.wait()
             strays = end_strays(proc.pid)
@@ -335,7 +363,7 @@ def end_strays(group: int | None = None, wait_s: float = STRAY_WAIT_S) -> tuple[
                 if s.ppid == me
                 and s.sid != my_sid
                 and (s.pid, s.start) not in _KNOWN
-                and not {s.pid, s.pgrp, s.sid} & _RUNNING
+                and not _RUNNING.keys() & {s.pid, s.pgrp, s.sid}
             ]
             groups = {s.pgrp for s in strays} - {my_pgrp}
             sessions = {s.sid for s in strays} - {my_sid}

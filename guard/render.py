@@ -11,7 +11,7 @@ from typing import Any
 
 from guard.compare import CaseComparison, Comparison, Status
 from guard.history import Trend
-from guard.outcome import CaseVerdict, Outcome, shown_as_moved
+from guard.outcome import CaseVerdict, CheckVerdict, Outcome, shown_as_moved
 from guard.results import OK, RunResult
 from guard.suite import flops
 from guard.text import (
@@ -165,11 +165,15 @@ def run_rows(run: RunResult) -> list[list[str]]:
 RUN_HEADER = ["case", "status", "rel err", "time", "TFLOPS", "rounds"]  # time: stats.case_time
 
 
-def run_markdown(run: RunResult, no_verdict_reason: str = "") -> str:
+def run_markdown(run: RunResult, no_verdict_reason: str = "", *, headline: str = "") -> str:
+    """A run's table, headed by ``headline`` (the check's, ``CheckVerdict.headline``) or,
+    given only why there is no verdict, by the no-verdict headline."""
     env = run.environment
     out = ["## Performance guard", ""]
-    if no_verdict_reason:
-        out += [f"**NO VERDICT: {md_text(no_verdict_reason)}**", ""]
+    if no_verdict_reason and not headline:
+        headline = CheckVerdict.NO_VERDICT.headline(no_verdict_reason)
+    if headline:
+        out += [f"**{md_text(headline)}**", ""]
     out += [
         f"Device: {md_text(env.gpu_name)} · torch {md_text(env.torch)} · "
         f"triton {md_text(env.triton or '—')}",

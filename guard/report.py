@@ -24,9 +24,9 @@ from pathlib import Path
 import jinja2
 
 from guard import stats, svg
-from guard.compare import CaseComparison, Comparison, Status
+from guard.compare import CaseComparison, Comparison, Status, run_verdict
 from guard.history import Trend
-from guard.outcome import CaseProfile, CheckVerdict
+from guard.outcome import CaseProfile
 from guard.render import verdict_text
 from guard.results import OK, WRONG, CaseResult, Correctness, Environment, RunResult
 from guard.suite import Case, flops
@@ -341,26 +341,13 @@ def environment_rows(
     return rows
 
 
-def _run_headline(run: RunResult) -> tuple[str, str]:
-    wrong = len(run.correctness_failures)
-    infra = len(run.infra_failures)
+def run_headline(run: RunResult) -> tuple[str, str]:
+    """A run with no baseline: its verdict's headline (``compare.run_verdict``, the one
+    guard check and guard run exit with) and colour."""
+    verdict, why = run_verdict(run)
     timed = sum(1 for c in run.cases if c.status == OK)
-    text = f"RUN ONLY (no baseline): {timed} of {len(run.cases)} case(s) timed"
-    if wrong:
-        return f"FAIL: {wrong} case(s) with wrong results; " + text, "fail"
-    if infra:
-        return f"ERROR: {infra} case(s) crashed, timed out or failed to build; " + text, "error"
-    return text, "neutral"
-
-
-def _headline_css(comparison: Comparison) -> str:
-    """The headline's colour, from the verdict (never from parsing the headline)."""
-    return {
-        CheckVerdict.PASS: "pass",
-        CheckVerdict.REGRESSION: "fail",
-        CheckVerdict.WRONG_RESULTS: "fail",
-        CheckVerdict.INFRASTRUCTURE: "error",
-    }.get(comparison.verdict, "neutral")
+    why += f"; RUN ONLY (no baseline): {timed} of {len(run.cases)} case(s) timed"
+    return verdict.headline(why), verdict.tone
 
 
 @lru_cache(maxsize=1)
@@ -406,10 +393,10 @@ def html_report(
             )
         )
     if comparison is not None:
-        headline, headline_css = comparison.headline, _headline_css(comparison)
+        headline, headline_css = comparison.headline, comparison.verdict.tone
         notes = list(comparison.notes)
     else:
-        headline, headline_css = _run_headline(run)
+        headline, headline_css = run_headline(run)
         notes = list(run.notes)
         throttled = sum(1 for r in run.rounds if r.throttled)
         if throttled:

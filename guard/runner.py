@@ -11,12 +11,12 @@ written here; callers save the returned results atomically.
 Process lifetime: each worker leads its own process group (``start_new_session``), and
 that whole group (the worker, whatever its kernels started, its watchdog) is killed
 when the worker ends, when its case times out, and when the guard leaves the round by
-any exception (``sigterm_unwinds`` turns SIGTERM into one; an ``atexit`` hook covers
-the rest). If the guard itself is SIGKILLed, the worker dies with it (``PR_SET_PDEATHSIG``)
-and the worker's watchdog process kills the group when the worker's stdin, held open by
-the guard for the round, reaches end of file. A process that leaves the group
-(``setsid``, ``setpgid``, a daemon's double fork) is reparented to the guard while a
-worker runs (``proc.subreaper``); after each worker the guard kills whatever is left
+any exception (``sigterm_unwinds`` turns SIGTERM into one; ``proc.stop_running``, at
+exit, covers the rest). If the guard itself is SIGKILLed, the worker dies with it
+(``PR_SET_PDEATHSIG``) and the worker's watchdog process kills the group when the
+worker's stdin, held open by the guard for the round, reaches end of file. A process that
+leaves the group (``setsid``, ``setpgid``, a daemon's double fork) is reparented to the
+guard while a worker runs (``proc.subreaper``); after each worker the guard kills whatever is left
 (``proc.end_strays``) and fails the session (InfraError, exit 3) naming it: what a
 tree's code starts ends with its worker, or the check fails. Limits: a guard killed
 between starting a worker and the worker's first instructions leaves it to the stdin
@@ -29,7 +29,6 @@ worker checks where the package came from (``proc.import_kernels_from``).
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
@@ -53,10 +52,11 @@ from guard.proc import (
     Stray,
     child_env,
     end_strays,
-    forget_group,
     kernels_init_problem,
+    kill_group,
     local_kernels_root,
     start_group,
+    stop_group,
     strays_text,
     subreaper,
 )
@@ -430,7 +430,6 @@ class Session:
             raise InfraError(f"cannot start a worker process ({exc})") from None
         finally:
             os.close(err_write)
-        _LIVE[proc.pid] = proc
         log = LogTail(err_read)
         try:
             lines: queue.Queue[str | None] = queue.Queue()
@@ -458,7 +457,7 @@ class Session:
                     wait_s = max(0.0, deadline - time.monotonic())
                     line = None if finished else lines.get(timeout=wait_s)
                 except queue.Empty:
-                    _kill_group(proc)
+                    kill_group(proc.pid)
                     yield {
                         "event": "timeout",
                         "output": log.text(wait_s=5.0),  # complete once the group is dead
@@ -470,9 +469,9 @@ class Session:
                     try:
                         code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
                     except subprocess.TimeoutExpired:  # stuck on its way out
-                        _kill_group(proc)
+                        kill_group(proc.pid)
                         code = proc.wait()
-                    _kill_group(proc)  # what its kernels started dies with the worker
+                    kill_group(proc.pid)  # what its kernels started dies with the worker
                     if code != 0 or not finished:
                         yield {
                             "event": "exit",
@@ -494,7 +493,7 @@ class Session:
                     event["reason"] = f"worker failed: {last}"
                 yield event
         finally:
-            _stop(proc)
+            stop_group(proc)
             self._strays += end_strays(proc.pid)
 
 
@@ -567,38 +566,6 @@ def _exit_reason(code: int, finished: bool = False) -> str:
     if code == 0 and not finished:
         return "worker exited with code 0 before finishing (os._exit or sys.exit in a kernel?)"
     return f"worker exited with code {code}"
-
-
-# Workers whose process group may still be alive, by pid (= process group id).
-_LIVE: dict[int, subprocess.Popen[str]] = {}
-
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    """SIGKILL the worker's whole process group (it leads it: pgid == pid).
-
-    Until ``_stop`` closes the worker's stdin its watchdog keeps the group alive, so the
-    id cannot have been reused by an unrelated group."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    """Kill the worker's group, close its stdin (the watchdog's signal), reap it."""
-    _kill_group(proc)
-    if proc.stdin is not None:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
-    forget_group(proc.pid)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=30)
-    _LIVE.pop(proc.pid, None)
-
-
-@atexit.register
-def kill_all_workers() -> None:
-    """Kill every worker group still alive (the guard is leaving)."""
-    for proc in list(_LIVE.values()):
-        _stop(proc)
 
 
 def _raise_on_sigterm(signum: int, frame: object) -> None:
