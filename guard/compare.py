@@ -107,7 +107,7 @@ class CaseComparison:
             return ""
         arms = [len(r.rounds) for r in (self.baseline, self.candidate) if r is not None]
         rounds = min(arms) if len(arms) == 2 else 2  # 2: the fewest an interval has
-        needed = stats.rounds_to_decide(iv, rule, rounds)
+        needed = stats.rounds_to_decide(iv, rule, rounds, limits.MAX_ROUNDS_PER_CASE)
         now = f" ({rounds} now)" if len(arms) == 2 else ""
         more = (
             f"about {needed} rounds per arm would decide it{now}"
@@ -137,7 +137,8 @@ class CaseComparison:
         if self.status is Status.COMPARED:
             if not self.gate:
                 return CaseVerdict.CONTROL
-            return self.verdict or CaseVerdict.INCONCLUSIVE
+            # stats.Verdict's words are CaseVerdict's (stats imports nothing of guard)
+            return CaseVerdict(self.verdict.value) if self.verdict else CaseVerdict.INCONCLUSIVE
         return CaseVerdict(self.status.value)
 
     def outcome(self) -> CaseOutcome:

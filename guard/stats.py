@@ -19,8 +19,10 @@ of freedom (see ``ratio_interval`` for why not percentiles).
 
 from __future__ import annotations
 
+import enum
 import math
 import re
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypedDict
@@ -29,17 +31,34 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats as sps
 
-from guard import limits
-from guard.errors import shown
-from guard.outcome import CaseVerdict
-
 Rounds = Sequence[Sequence[float]]
 FloatArray = NDArray[np.float64]
 
 
-# The case verdicts this module decides (regression, improvement, unchanged,
-# inconclusive) are members of the one verdict enum (standard library only).
-Verdict = CaseVerdict
+class Verdict(str, enum.Enum):
+    """The verdicts this module decides; the same words (values) as the matching
+    members of ``guard.decide.outcome.CaseVerdict``, which ``compare`` reports them as.
+    Defined here so that the statistics import nothing of the guard."""
+
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    UNCHANGED = "unchanged"
+    INCONCLUSIVE = "inconclusive"
+
+    @property
+    def fails(self) -> bool:
+        """A regression fails a gated case."""
+        return self is Verdict.REGRESSION
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = 60
+_SHOWN.maxother = 60
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut short for an error message (a value read from a file)."""
+    return _SHOWN.repr(value)
 
 
 @dataclass(frozen=True)
@@ -319,11 +338,13 @@ def classify(interval: Interval, rule: Rule) -> Verdict:
     return judge(interval, rule)[0]
 
 
-def rounds_to_decide(interval: Interval, rule: Rule, rounds: int) -> int | None:
+def rounds_to_decide(
+    interval: Interval, rule: Rule, rounds: int, most: int = 200
+) -> int | None:
     """About how many rounds per arm would turn an inconclusive case whose estimate
     lies above ``1 + rule.margin`` into a regression (the interval's low end above
     ``1 + rule.margin``), were the estimate and the noise to stay as they are; None:
-    more than ``limits.MAX_ROUNDS_PER_CASE``.
+    more than ``most`` (the caller's limit, ``limits.MAX_ROUNDS_PER_CASE``).
 
     The interval is the estimate +- t * se on the log scale; the standard error
     shrinks as 1/sqrt(rounds) and the t quantile falls with the degrees of freedom
@@ -337,7 +358,7 @@ def rounds_to_decide(interval: Interval, rule: Rule, rounds: int) -> int | None:
     q = 0.5 + interval.confidence / 2.0
     half = (math.log(interval.high) - math.log(interval.low)) / 2.0
     se = half / float(sps.t.ppf(q, df=_equal_arms_df(rounds)))
-    for n in range(rounds + 1, limits.MAX_ROUNDS_PER_CASE + 1):
+    for n in range(rounds + 1, most + 1):
         if float(sps.t.ppf(q, df=_equal_arms_df(n))) * se * math.sqrt(rounds / n) < distance:
             return n
     return None
