@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from guard import limits
-from guard.errors import BadInput
-from guard.suite import flops, load_suite, parse_suite
+from guard.base import limits
+from guard.base.errors import BadInput
+from guard.store.suite import flops, load_suite, parse_suite
 
 KNOWN = {"reference", "sdpa", "triton_flash"}
 VALID = {
@@ -36,7 +36,8 @@ def test_default_suite_has_the_seven_shapes():
     assert all(c.dtype == "float16" for c in suite.cases)
     kernels = {c.kernel for c in suite.cases}
     assert {"triton_flash", "sdpa", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn"} <= kernels
-    assert {c.kernel for c in suite.cases if c.gate} == {"triton_flash", "cuda_flash"}
+    gated = {c.kernel for c in suite.cases if c.gate}
+    assert gated == {"triton_flash", "gluon_flash", "cuda_flash"}
     # the minimum effect and noise floor the calibration study chose
     assert all(c.threshold.min_effect == pytest.approx(0.02) for c in suite.cases)
     assert suite.timing.margin == pytest.approx(0.005)
