@@ -62,14 +62,14 @@ def first_line(exc: BaseException) -> str:
 
 
 def flops(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int, causal: bool) -> float:
-    """4*B*H*Sq*Sk*D, half when causal (guard.suite.flops, without its Shape type)."""
+    """4*B*H*Sq*Sk*D, half when causal (guard.store.suite.flops, without its Shape type)."""
     total = 4.0 * batch * heads * seq_q * seq_k * head_dim
     return total / 2 if causal else total
 
 
 def load_shapes(suite_path: str) -> list[tuple[int, int, int, int, bool]]:
     try:
-        from guard.suite import load_suite
+        from guard.store.suite import load_suite
 
         suite = load_suite(suite_path)
         shapes = []

@@ -19,7 +19,7 @@ mbarrier pipeline must cost one provider, not the run):
    by side: per shape, the providers' CUDA graphs replayed in interleaved rounds
    (the order rotating each round), so a clock or power change between two providers'
    subprocesses cannot pass for a kernel difference; the ratio and its 95% interval
-   come from ``guard.stats.ratio_interval`` (the guard's own estimator). Each
+   come from ``guard.base.stats.ratio_interval`` (the guard's own estimator). Each
    provider's output is checked on the shape first; a wrong one is not timed.
 4. a summary: ms, TFLOPS (4*B*H*Sq*Sk*D, half when causal), ratios to SDPA default
    (cuDNN on Hopper), SDPA flash and the Triton kernel; then the paired ratios.
@@ -352,7 +352,7 @@ def paired_worker(providers: list[str], out_path: Path, rounds: int) -> None:
     import numpy as np
     import torch
 
-    from guard import stats
+    from guard.base import stats
 
     torch.backends.cuda.matmul.allow_tf32 = False
     fns = {"sdpa": _functions("sdpa")["sdpa"]}

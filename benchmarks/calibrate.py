@@ -36,13 +36,13 @@ def _plan_timing(suite_path: str, samples: int):
     """The suite's own timing plan (what a PR check does), one host sample to save time."""
     from dataclasses import replace
 
-    from guard.suite import load_suite
+    from guard.store.suite import load_suite
 
     return replace(load_suite(suite_path).timing, samples_per_round=samples, host_samples=1)
 
 
 def _workloads(suite_path: str, kernel: str):
-    from guard.suite import load_suite
+    from guard.store.suite import load_suite
 
     suite = load_suite(suite_path)
     return [c for c in suite.cases if c.kernel == kernel]
@@ -64,7 +64,7 @@ def worker_setup(args) -> dict:
     import torch
 
     import kernels
-    from guard import measure
+    from guard.measure import measure
 
     fn = kernels.get(args.kernel).loader()
     plan = _plan_timing(args.suite, 15)
@@ -106,9 +106,9 @@ def worker_setup(args) -> dict:
 
 def worker_round(args) -> dict:
     import kernels
-    from guard import env as guard_env
-    from guard import measure
-    from guard.suite import Case
+    from guard.measure import env as guard_env
+    from guard.measure import measure
+    from guard.store.suite import Case
 
     plan_doc = json.loads(Path(args.plan).read_text())
     fn = kernels.get(plan_doc["kernel"]).loader()
@@ -153,7 +153,7 @@ def _python_worker(*extra: str, timeout: float = 300) -> dict:
 
 
 def collect(args) -> int:
-    from guard import env as guard_env
+    from guard.measure import env as guard_env
 
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -226,8 +226,8 @@ def analyze(args) -> int:
     import numpy as np
 
     from benchmarks import calibration_study as cal
-    from guard.stats import Rule
-    from guard.suite import load_suite
+    from guard.base.stats import Rule
+    from guard.store.suite import load_suite
 
     docs = load_pools(args.data)
     plan = load_suite(args.suite).timing

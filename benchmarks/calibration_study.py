@@ -7,7 +7,7 @@ formed like a PR check: baseline rounds and candidate rounds drawn from disjoint
 processes; the candidate uses the base arm (A/A) or a planted arm.
 
 Rules compared on the same samples:
-- ``guard``: this project's rule (``guard.stats.decide``: bootstrap over rounds, Yuen's
+- ``guard``: this project's rule (``guard.base.stats.decide``: bootstrap over rounds, Yuen's
   t, Bonferroni across the suite's workloads; regression above 1 + margin, unchanged
   when a one-sided 95% bound rules out the minimum effect), with sequential extension
   of inconclusive workloads from ``rounds`` up to ``max_rounds``. Paired checks (both
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from guard import stats
+from guard.base import stats
 
 # rounds[r][workload][arm] -> samples of that arm in that round
 Round = dict[str, dict[str, list[float]]]

@@ -1,4 +1,4 @@
-"""Step detection on histories like ours: guard.changepoint against ruptures and Otava.
+"""Step detection on histories like ours: guard.store.changepoint against ruptures and Otava.
 
 Synthetic histories of per-run medians: log-normal noise around a median (between-run
 sd 0.5% and 1.5%, the measured between-process noise of large and small shapes on
@@ -7,7 +7,7 @@ random position leaving at least 3 runs on each side; 200 histories per conditio
 each condition seeded on its own (``--seed``).
 
 Methods, each on the same histories:
-- ``ours``: ``guard.changepoint.detect_steps`` (binary segmentation, Bonferroni
+- ``ours``: ``guard.store.changepoint.detect_steps`` (binary segmentation, Bonferroni
   t-tests on log medians, alpha 0.01).
 - ``ruptures Pelt`` / ``ruptures Binseg``: ``model="l2"``, ``min_size=3``, ``jump=1``
   on the log medians, ``pen = beta * sigma_hat**2`` with ``sigma_hat`` the noise
@@ -71,7 +71,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
-from guard.changepoint import detect_steps
+from guard.store.changepoint import detect_steps
 
 LENGTHS = (30, 100)
 NOISE = (0.005, 0.015)

@@ -6,7 +6,7 @@ The compile-only machinery is ``kernels/triton_compile.py`` (a target-only trito
 driver; launches become compiles, so the real launcher and the runtime's argument
 specialization run unchanged on CPU tensors of the suite's shapes), and the launcher's
 choice of config and path for an arch is ``kernels/triton_flash_resources.choice_for``;
-the guard collects the same records per case (``guard/resources.py``). For each
+the guard collects the same records per case (``guard/measure/resources.py``). For each
 (shape, config) this prints registers, spill bytes (``ptxas -v`` of the kernel's PTX,
 with triton's bundled ptxas), shared memory, warps, and counts of wgmma / TMA /
 cp.async instructions in the PTX and of ``ttg.warp_specialize`` regions in the TTGIR.

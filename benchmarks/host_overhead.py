@@ -45,7 +45,7 @@ Case = tuple[int, int, int, int, bool]  # batch, heads, seq, head_dim, causal
 
 def suite_cases(path: str, max_seq: int) -> list[Case]:
     """The suite's (B, H, S, D, causal) with S <= max_seq, in suite order, fp16."""
-    from guard.suite import load_suite
+    from guard.store.suite import load_suite
 
     cases: list[Case] = []
     for case in load_suite(path).cases:

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/ncu_gluon.py --out DIR [--budget-s 50]
 
-Uses the guard's own profiler (``guard.profile.profile_case``): one launch of
+Uses the guard's own profiler (``guard.measure.profile.profile_case``): one launch of
 ``triton_flash`` on each shape below, "base" in a copy of ``kernels/`` whose Gluon
 dispatch table is empty (the portable Triton kernel), "head" in this tree (Gluon where
 ``FASTER`` sends it). Prints the guard's Markdown table per shape and writes it to
@@ -42,9 +42,9 @@ def portable_tree(into: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from guard.profile import profile_case, profile_markdown
-    from guard.stats import Threshold
-    from guard.suite import Case, Shape
+    from guard.base.stats import Threshold
+    from guard.measure.profile import profile_case, profile_markdown
+    from guard.store.suite import Case, Shape
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from guard import results
-from guard.suite import flops
+from guard.store import results
+from guard.store.suite import flops
 
 OURS = ("triton_flash", "cuda_flash")
 SDPA = ("sdpa", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient")

@@ -64,7 +64,7 @@ def log(message: str) -> None:
 
 
 def flops(batch: int, heads: int, seq_q: int, seq_k: int, head_dim: int, causal: bool) -> float:
-    """4*B*H*Sq*Sk*D, half when causal (same rule as guard.suite.flops)."""
+    """4*B*H*Sq*Sk*D, half when causal (same rule as guard.store.suite.flops)."""
     total = 4.0 * batch * heads * seq_q * seq_k * head_dim
     return total / 2 if causal else total
 
@@ -73,7 +73,7 @@ def load_workloads(suite_path: str):
     """Unique (B, H, S, D, causal, dtype) of the suite's triton_flash cases, plus extras."""
     tolerances = {dt: (DEFAULT_FACTOR, floor) for dt, floor in DEFAULT_FLOORS.items()}
     try:
-        from guard.suite import load_suite
+        from guard.store.suite import load_suite
 
         suite = load_suite(suite_path)
         workloads = []

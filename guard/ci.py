@@ -12,7 +12,7 @@ baselines and every line of code that measures and decides are the base commit's
 only ``kernels/`` is imported from the PR's tree. The check is one paired comparison
 (``core.compare_arms``): the base's kernels and the PR's, correctness first, then
 interleaved timing rounds on this runner, so the machine's drift cancels; a case whose
-kernel is identical in both (``guard.fingerprint``) is decided without timing. The
+kernel is identical in both (``guard.measure.fingerprint``) is decided without timing. The
 stored baseline of this GPU, when there is one, is context in the report, not the
 verdict. What the PR changes in the suite file or the baselines is listed as taking
 effect after merge.
@@ -46,13 +46,17 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from guard import comment, core, files, limits, policy, render, results, terminal, text
-from guard.compare import Comparison, compare_runs
-from guard.errors import BadInput, ExitCode, GuardError, cut
-from guard.outcome import CaseProfile, CheckVerdict, Outcome
-from guard.proc import local_kernels_root
-from guard.runner import Arm
-from guard.suite import Suite, load_suite
+from guard import comment, core
+from guard.base import files, limits, text
+from guard.base.errors import BadInput, ExitCode, GuardError, cut
+from guard.decide import policy
+from guard.decide.compare import Comparison, compare_runs
+from guard.decide.outcome import CaseProfile, CheckVerdict, Outcome
+from guard.measure.proc import local_kernels_root
+from guard.measure.runner import Arm
+from guard.report import render, terminal
+from guard.store import results
+from guard.store.suite import Suite, load_suite
 
 OUTCOME_FILE = "meta.json"  # the name the comment workflow looks for in the artifact
 MAX_EVENT_BYTES = 25 * 1024 * 1024  # GitHub caps a webhook payload (the event file) at 25 MB
@@ -307,7 +311,7 @@ PROFILE_BUDGET_S = 60.0  # Nsight Compute, all regressed cases together
 def _profiles(comparison: Comparison, base_tree: Path, head_tree: Path) -> list[CaseProfile]:
     """Nsight Compute of each regressed gated case, base beside head, within the budget
     (skipped, and said so, without ncu, counters or time)."""
-    from guard import profile
+    from guard.measure import profile
 
     regressed = [c for c in comparison.cases if c.fails and c.interval is not None]
     out, spent = [], 0.0
@@ -368,7 +372,7 @@ def write_reports(
     results.save(comparison.candidate, out_dir / "results.json")
     results.save(comparison.baseline, out_dir / "base-results.json")
     if html:
-        from guard import report
+        from guard.report import report
 
         page = report.html_report(comparison.candidate, comparison, profiles=profiles)
         results.write_atomic(out_dir / "report.html", page)

@@ -14,12 +14,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from guard import cli_report, core, render, results, terminal, text
-from guard.compare import Comparison, no_gated_checked, run_verdict
-from guard.errors import GuardError
-from guard.outcome import CheckVerdict
-from guard.runner import ProgressFn
-from guard.suite import Suite
+from guard import cli_report, core
+from guard.base import text
+from guard.base.errors import GuardError
+from guard.decide.compare import Comparison, no_gated_checked, run_verdict
+from guard.decide.outcome import CheckVerdict
+from guard.measure.runner import ProgressFn
+from guard.report import render, terminal
+from guard.store import results
+from guard.store.suite import Suite
 
 DEFAULT_OUT = Path("results/guard-results.json")
 
@@ -185,7 +188,7 @@ def _render_comparison(args: argparse.Namespace, comparison: Comparison) -> int:
     text.emit_commands(render.annotations(comparison.outcome()))
     _write_summary(render.comparison_markdown(comparison), args.markdown)
     if args.html:
-        from guard import report
+        from guard.report import report
 
         core.write_output("--html", args.html, report.html_report(comparison.candidate, comparison))
     return int(comparison.exit_code)

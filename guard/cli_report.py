@@ -1,5 +1,5 @@
 """The ``guard report`` and ``guard history`` commands, and ``--history`` for the
-measuring commands. Parses, calls the core (``guard.report``, ``guard.history``),
+measuring commands. Parses, calls the core (``guard.report.report``, ``guard.store.history``),
 renders; ``guard.cli.build_parser`` calls ``register``.
 """
 
@@ -10,8 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from guard import core, history, render, report, results, terminal, text
-from guard.compare import compare_runs
+from guard import core
+from guard.base import text
+from guard.decide.compare import compare_runs
+from guard.report import render, report, terminal
+from guard.store import history, results
 
 HISTORY_HELP = (
     f"append this run's per-case medians to the SQLite history DB (e.g. {history.DEFAULT_DB})"
@@ -157,7 +160,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "history",
         help="show a case's median over past runs, with step changes flagged",
         description="One case's history on one GPU, oldest first. Steps are found by "
-        "binary segmentation with t-tests on the log medians (see guard/changepoint.py).",
+        "binary segmentation with t-tests on the log medians (see guard/store/changepoint.py).",
     )
     h.add_argument("case_id", metavar="CASE_ID", help="e.g. triton_flash/b1-h8-s512-d64-full")
     h.add_argument(

@@ -2,7 +2,7 @@
 
     python -m guard.comment --meta OUTCOME.json [--meta ...] --out COMMENT.md
 
-Reads each GPU's ``meta.json`` (``guard.outcome``; an unknown schema version or a
+Reads each GPU's ``meta.json`` (``guard.decide.outcome``; an unknown schema version or a
 malformed field is refused with exit 2 and the field named) and writes one comment:
 the verdict per GPU first, the cases that moved, what the PR changes in the policy and
 the baselines (taking effect after merge), and a link to the run. The comment workflow
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from guard.files import FileRefused, read_text
-from guard.outcome import MAX_TEXT, CheckVerdict, Outcome, OutcomeFileError
-from guard.text import clip, is_web_url, md_code, md_link, md_table, md_text, one_line
+from guard.base.files import FileRefused, read_text
+from guard.base.text import clip, is_web_url, md_code, md_link, md_table, md_text, one_line
+from guard.decide.outcome import MAX_TEXT, CheckVerdict, Outcome, OutcomeFileError
 
 MARKER = "<!-- perf-guard -->"
 MAX_FILE_BYTES = 1_000_000

@@ -17,21 +17,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
-from guard import env as guard_env
-from guard import results
-from guard.compare import (
+from guard.base.errors import BadInput, ExitCode, GuardError, InfraError, shown
+from guard.base.unwind import sigterm_unwinds
+from guard.decide.compare import (
     Comparison,
     compare_runs,
     no_gated_checked,
     replace_cases,
     run_verdict,
 )
-from guard.errors import BadInput, ExitCode, GuardError, InfraError, shown
-from guard.outcome import CheckVerdict
-from guard.proc import kill_running_groups, local_kernels_root
-from guard.results import OK, RunResult
-from guard.runner import Arm, ProgressFn, Session, _noop, sigterm_unwinds
-from guard.suite import Suite, TimingPlan, load_suite
+from guard.decide.outcome import CheckVerdict
+from guard.measure import env as guard_env
+from guard.measure.proc import kill_running_groups, local_kernels_root
+from guard.measure.runner import Arm, ProgressFn, Session, _noop
+from guard.store import results
+from guard.store.results import OK, RunResult
+from guard.store.suite import Suite, TimingPlan, load_suite
 
 DEFAULT_SUITE = Path("suites/default.yaml")
 DEFAULT_BASELINES = Path("baselines")
@@ -542,7 +543,7 @@ def with_resource_changes(
 
     import yaml
 
-    from guard import resources
+    from guard.measure import resources
 
     def unavailable(why: str) -> Comparison:
         note = f"compiler resources not compared: {why}"

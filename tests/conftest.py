@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
-from guard.results import OK, SCHEMA_VERSION, CaseResult, Correctness, Environment, RunResult
-from guard.stats import Threshold
-from guard.suite import Case, Shape
+from guard.base.stats import Threshold
+from guard.store.results import OK, SCHEMA_VERSION, CaseResult, Correctness, Environment, RunResult
+from guard.store.suite import Case, Shape
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent

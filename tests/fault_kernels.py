@@ -194,10 +194,10 @@ for _name, _fn, _probe, _out in (
 
 
 def _in_worker() -> bool:
-    """Whether this is a guard worker (``python -m guard.worker``), not the guard that
+    """Whether this is a guard worker (``python -m guard.measure.worker``), not the guard that
     imports this module too (``--fault-module``)."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return getattr(spec, "name", "") == "guard.worker"
+    return getattr(spec, "name", "") == "guard.measure.worker"
 
 
 def _start_daemon(record: str) -> None:

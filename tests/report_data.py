@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from guard.compare import CaseComparison, Comparison, Status
-from guard.results import (
+from guard.base.stats import Interval, Rule, Threshold, Verdict
+from guard.decide.compare import CaseComparison, Comparison, Status
+from guard.store.results import (
     CRASHED,
     OK,
     SCHEMA_VERSION,
@@ -20,8 +21,7 @@ from guard.results import (
     Environment,
     RunResult,
 )
-from guard.stats import Interval, Rule, Threshold, Verdict
-from guard.suite import Case, Shape
+from guard.store.suite import Case, Shape
 
 
 def env(**kw: object) -> Environment:

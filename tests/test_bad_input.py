@@ -13,9 +13,11 @@ import sys
 import pytest
 from conftest import ROOT, make_case, make_run
 
-from guard import limits, resources, results
+from guard.base import limits
+from guard.base.errors import InfraError
 from guard.cli import main
-from guard.errors import InfraError
+from guard.measure import resources
+from guard.store import results
 
 
 def _save(tmp_path, name, rounds):
@@ -76,7 +78,7 @@ def test_extreme_samples_give_json_without_inf_or_nan(tmp_path, capsys):
 
 
 def test_files_at_the_limits_compare_and_report(tmp_path, capsys):
-    """Bounded in memory and time (measured by hand: see guard/limits.py); no timing here."""
+    """Bounded in memory and time (measured by hand: see guard/base/limits.py); no timing here."""
     n, per = limits.MAX_ROUNDS_PER_CASE, limits.MAX_SAMPLES_PER_CASE // limits.MAX_ROUNDS_PER_CASE
     base = tuple(tuple(1e-4 * (1 + 0.001 * ((i + j) % 7)) for j in range(per)) for i in range(n))
     cand = tuple(tuple(3 * x for x in r) for r in base)
@@ -149,8 +151,8 @@ def fifo(tmp_path):
 
 _LOADS = """
 import sys
-from guard import results, suite
-from guard.errors import BadInput
+from guard.store import results, suite
+from guard.base.errors import BadInput
 
 for path in sys.argv[1:]:
     for load in (results.load, lambda p: suite.load_suite(p, known_kernels=set())):

@@ -1,5 +1,5 @@
 """The published calibration figures (docs/CALIBRATION.md) still hold for the current
-decision rule, re-run over the committed raw GPU data. A change to guard.stats that
+decision rule, re-run over the committed raw GPU data. A change to guard.base.stats that
 makes the guard noisier or blinder fails here."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from benchmarks import calibration_study as cal
-from guard.stats import Rule
-from guard.suite import load_suite
+from guard.base.stats import Rule
+from guard.store.suite import load_suite
 
 DATA = Path(__file__).resolve().parent.parent / "docs" / "data"
 H100 = DATA / "h100-2026-11-26"

@@ -1,4 +1,4 @@
-"""Step detection (guard.changepoint): pure functions, plain sequences in, Steps out.
+"""Step detection (guard.store.changepoint): pure functions, plain sequences in, Steps out.
 
 The store's use of it (indexes mapped past failed runs, the case's threshold as the
 minimal effect) is tested in test_history.py. The comparison with ruptures and Apache
@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from guard.changepoint import Step, detect_steps
+from guard.store.changepoint import Step, detect_steps
 
 
 def _noise(seed: int, n: int, cv: float = 0.01) -> np.ndarray:
@@ -122,6 +122,6 @@ def test_plain_sequences_in_frozen_steps_out() -> None:
 
 
 def test_history_uses_this_module() -> None:
-    from guard import history
+    from guard.store import history
 
     assert history.detect_steps is detect_steps and history.Step is Step

@@ -8,7 +8,7 @@ suite. Its history is a pull request's:
     B..same  an unrelated change                               -> pass (exit 0)
     B..slow  demo sleeps 6 ms                                  -> regression (exit 1)
     B..rig   the same slowdown, and the PR also ungates demo, drops it from the suite,
-             sets alpha to 1e-6, widens the threshold and edits guard/stats.py so that
+             sets alpha to 1e-6, widens the threshold and edits guard/base/stats.py so that
              every interval is "unchanged"                       -> still exit 1
     B..wrong demo returns wrong numbers                        -> wrong results (exit 1)
     H0..H1   (branched from B) H0 gives demo a compiler-resources hook reporting 32

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 import report_data as data
 
-from guard import ci, core, files, limits, resources
-from guard.compare import Comparison, compare_runs
-from guard.resources import KernelResources, ResourceReport
-from guard.suite import load_suite
+from guard import ci, core
+from guard.base import files, limits
+from guard.decide.compare import Comparison, compare_runs
+from guard.measure import resources
+from guard.measure.resources import KernelResources, ResourceReport
+from guard.store.suite import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -273,7 +275,7 @@ def test_a_failed_check_is_headed_by_its_verdict_not_no_verdict(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A crash of the PR's code (exit 3) or a bad tree (exit 2) was headed "NO VERDICT"."""
-    from guard.errors import BadInput, InfraError
+    from guard.base.errors import BadInput, InfraError
 
     _in_actions(monkeypatch, tmp_path)
     meta = tmp_path / "out" / ci.OUTCOME_FILE

@@ -16,8 +16,8 @@ import pytest
 from conftest import ROOT, TESTS, fault_suite
 from conftest import git as _git
 
-from guard import results
 from guard.cli import main
+from guard.store import results
 
 FAULTS = ["--fault-module", "fault_kernels", "--worker-path", str(TESTS)]
 
@@ -250,9 +250,9 @@ def test_paired_compare_times_nothing_when_no_gated_kernel_runs(tmp_path):
     """The --against path (compare_arms): the check round's findings, no timing round,
     and the controls say why they were not timed."""
     from guard import core
-    from guard.compare import Status
-    from guard.outcome import CheckVerdict
-    from guard.runner import Arm
+    from guard.decide.compare import Status
+    from guard.decide.outcome import CheckVerdict
+    from guard.measure.runner import Arm
 
     suite_path = suite_file(
         tmp_path, ["fault_illegal_address", "reference"], gate=["fault_illegal_address"]
@@ -361,8 +361,8 @@ def test_ctrl_c_leaves_nothing_half_written_and_no_worker(tmp_path):
     if not Path("/proc/self/environ").exists():
         pytest.skip("needs /proc to find this test's worker processes")
     marker = f"GUARD_TEST_MARKER={uuid.uuid4().hex}"
-    decoy = subprocess.Popen(  # someone else's worker, as pgrep -f guard.worker saw it
-        [sys.executable, "-c", "import time; time.sleep(600)", "guard.worker"],
+    decoy = subprocess.Popen(  # someone else's worker, as pgrep -f guard.measure.worker saw it
+        [sys.executable, "-c", "import time; time.sleep(600)", "guard.measure.worker"],
         start_new_session=True,
     )
     try:
@@ -415,7 +415,8 @@ def _interrupt(proc: subprocess.Popen[str], out: Path, tmp_path: Path, marker: s
     """Ctrl-C once the guard's worker hangs; then nothing half-written, no process left."""
 
     def workers() -> dict[int, str]:
-        return {pid: cmd for pid, cmd in _processes_marked(marker).items() if "guard.worker" in cmd}
+        worker = "guard.measure.worker"
+        return {pid: cmd for pid, cmd in _processes_marked(marker).items() if worker in cmd}
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not workers():  # until the worker is up (hanging)

@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 from conftest import ROOT, make_case, make_run, synthetic_rounds
 
-from guard import cli, core, results, terminal
-from guard.results import CRASHED, CaseResult
+from guard import cli, core
+from guard.report import terminal
+from guard.store import results
+from guard.store.results import CRASHED, CaseResult
 
 
 def pytest_benchmark_file(path: Path, names: list[str]) -> Path:
@@ -68,7 +70,7 @@ def test_progress_bar_shows_markup_as_text() -> None:
     """The live bar's description is rich markup: the case name goes in escaped."""
     from rich.text import Text
 
-    from guard.runner import Progress
+    from guard.measure.runner import Progress
 
     printer = terminal.ProgressPrinter(True)
     printer.live = True
@@ -86,7 +88,7 @@ def test_plain_progress_names_the_case_a_short_round_is_on(
     """In a CI log: a round of many cases is counted, a round of a few (the extension of
     inconclusive ones) names each case as it starts, so a check stopped by a timeout in
     the middle of that round still says what it was measuring."""
-    from guard.runner import Progress
+    from guard.measure.runner import Progress
 
     monkeypatch.setenv("CI", "true")
     printer = terminal.ProgressPrinter(True, prefix="[perf-guard]")
@@ -161,7 +163,7 @@ def test_bad_numbers_exit_two_naming_the_flag(tiny_suite, monkeypatch, capsys, a
 def test_history_limit_zero_is_refused(tmp_path: Path, capsys) -> None:
     import report_data
 
-    from guard import history
+    from guard.store import history
 
     db = tmp_path / "h.sqlite"
     for run in report_data.history_runs(n=3):
@@ -174,7 +176,7 @@ def test_history_limit_zero_is_refused(tmp_path: Path, capsys) -> None:
 
 
 def test_refresh_without_gpu_refuses_before_measuring(tmp_path, tiny_suite, monkeypatch, capsys):
-    from guard import env as guard_env
+    from guard.measure import env as guard_env
 
     monkeypatch.setattr(guard_env, "pick_device", lambda requested="auto": ("cpu", "no GPU (test)"))
     monkeypatch.setattr(core, "run", _refuse_to_measure)
@@ -238,7 +240,7 @@ def test_refresh_summary_escapes_case_names(tmp_path, tiny_suite, monkeypatch) -
 
 def test_check_with_no_gated_case_checked_is_no_verdict(tmp_path, tiny_suite, monkeypatch, capsys):
     """Only the controls ran (the gated kernel cannot run here): no pass, exit 2."""
-    from guard.results import UNAVAILABLE
+    from guard.store.results import UNAVAILABLE
 
     gated = make_case(kernel="triton_flash", name="x")
     control = make_case(kernel="sdpa", name="x", gate=False)
@@ -267,7 +269,7 @@ def test_no_baseline_hint_is_a_command_that_works_here(
     tmp_path, monkeypatch, device, wanted, unwanted
 ):
     """Without a GPU, `guard baseline refresh` exits 3 unless given --allow-cpu."""
-    from guard import env as guard_env
+    from guard.measure import env as guard_env
 
     monkeypatch.setattr(guard_env, "pick_device", lambda requested="auto": (device, ""))
     monkeypatch.setattr(guard_env, "device_slug", lambda d: f"{d}-test")
@@ -370,7 +372,7 @@ def test_compare_files_html_into_a_directory_exits_two(tmp_path, capsys):
 
 def test_a_failed_write_names_its_option(tmp_path) -> None:
     """A write that fails after the check (a folder appeared meanwhile): exit 2, named."""
-    from guard.errors import BadInput
+    from guard.base.errors import BadInput
 
     (tmp_path / "r.html").mkdir()
     with pytest.raises(BadInput, match=r"^--html .*r\.html: cannot write"):

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from guard import comment, text
-from guard.outcome import (
+from guard import comment
+from guard.base import text
+from guard.decide.outcome import (
     MAX_CASES,
     MAX_TEXT,
     CaseOutcome,

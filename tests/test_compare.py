@@ -7,13 +7,13 @@ import dataclasses
 import pytest
 from conftest import make_case, make_env, make_run, synthetic_rounds
 
-from guard import results
+from guard.base.errors import BadInput, ExitCode
+from guard.base.stats import Verdict
 from guard.cli import main
-from guard.compare import Status, compare_runs, replace_cases
-from guard.errors import BadInput, ExitCode
-from guard.outcome import CheckVerdict, Outcome
-from guard.results import BUILD_FAILED, CRASHED, WRONG
-from guard.stats import Verdict
+from guard.decide.compare import Status, compare_runs, replace_cases
+from guard.decide.outcome import CheckVerdict, Outcome
+from guard.store import results
+from guard.store.results import BUILD_FAILED, CRASHED, WRONG
 
 SHAPES = [f"b1-h8-s{s}-d64-full" for s in (128, 256, 512, 1024, 2048, 4096, 8192)]
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from conftest import TESTS
 
-from guard import results
 from guard.cli import main
+from guard.store import results
 
 pytestmark = [
     pytest.mark.gpu,

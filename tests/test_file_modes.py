@@ -16,8 +16,9 @@ import pytest
 import report_data as data
 from conftest import ROOT
 
-from guard import cli, results
-from guard.errors import ExitCode, GuardError
+from guard import cli
+from guard.base.errors import ExitCode, GuardError
+from guard.store import results
 
 
 @pytest.fixture(params=[0o022, 0o027, 0o002])
@@ -58,7 +59,7 @@ def test_compare_writes_reports_with_the_normal_mode(tmp_path: Path, umask: int,
 
 _STALLED_WRITER = """
 import os, sys, time
-from guard import results
+from guard.store import results
 
 def stall(fd):  # the temporary file is written, not yet renamed: the test's SIGTERM comes
     print("writing", flush=True)

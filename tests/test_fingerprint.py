@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from guard import fingerprint as fp
+from guard.measure import fingerprint as fp
 
 pytest.importorskip("triton")
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +38,7 @@ def launch(x, y, block={block}):
 
 CHILD = """
 import importlib.util, sys, torch
-from guard import fingerprint as fp
+from guard.measure import fingerprint as fp
 from kernels import triton_compile
 
 spec = importlib.util.spec_from_file_location(sys.argv[2], sys.argv[1])

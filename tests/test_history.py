@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 import report_data as data
 
-from guard import cli, history, render
-from guard.errors import BadInput
-from guard.results import CRASHED, CaseResult
+from guard import cli
+from guard.base.errors import BadInput
+from guard.report import render
+from guard.store import history
+from guard.store.results import CRASHED, CaseResult
 
 CASE = "triton_flash/b1-h8-s512-d64-full"
 FLAT = "sdpa_flash/b1-h8-s512-d64-full"
@@ -192,7 +194,8 @@ def test_unreadable_rows_are_skipped_and_counted(tmp_path: Path, capsys) -> None
     assert t.skipped_note(db).startswith(f"{db}: skipped 6 unreadable row(s) of {CASE!r}")
     assert history.trend_json(t)["skipped"] == list(t.skipped)
 
-    from guard import cli, results
+    from guard import cli
+    from guard.store import results
 
     assert cli.main(["history", CASE, "--db", str(db)]) == 0
     assert f"{db}: skipped 6 unreadable row(s)" in capsys.readouterr().err

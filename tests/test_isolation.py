@@ -25,12 +25,14 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, TESTS, fault_suite
 
-from guard import core, proc, terminal
+from guard import core
+from guard.base.errors import BadInput, ExitCode
 from guard.cli import main
-from guard.errors import BadInput, ExitCode
-from guard.protocol import CaseJob, WorkerJob
-from guard.runner import Arm, Progress, Session
-from guard.suite import load_suite
+from guard.measure import proc
+from guard.measure.protocol import CaseJob, WorkerJob
+from guard.measure.runner import Arm, Progress, Session
+from guard.report import terminal
+from guard.store.suite import load_suite
 
 FAULTS = ["--fault-module", "fault_kernels", "--worker-path", str(TESTS)]
 
@@ -85,7 +87,7 @@ def test_the_worker_imports_only_its_trees_kernels(tmp_path):
     job_file.write_text(json.dumps(job.to_json()) + "\n")
     with job_file.open() as stdin:  # a file, not a pipe: the worker starts no watchdog
         run = subprocess.run(
-            [sys.executable, "-m", "guard.worker"],
+            [sys.executable, "-m", "guard.measure.worker"],
             stdin=stdin,
             capture_output=True,
             text=True,
@@ -210,8 +212,8 @@ def test_a_resources_child_that_leaves_a_process_is_an_infrastructure_error(
 ):
     """The compile-only child runs the tree's code too: what it leaves is named, not
     taken for a clean compile (run_group has killed it)."""
-    from guard import resources
-    from guard.errors import InfraError
+    from guard.base.errors import InfraError
+    from guard.measure import resources
 
     monkeypatch.setattr(resources, "run_group", _left_a_daemon)
     with pytest.raises(InfraError, match=r"left 1 process \(4242 sleep\) running: killed"):
@@ -221,7 +223,7 @@ def test_a_resources_child_that_leaves_a_process_is_an_infrastructure_error(
 def test_a_profile_whose_run_left_a_process_is_skipped_and_says_why(tmp_path, monkeypatch):
     from conftest import make_case
 
-    from guard import profile
+    from guard.measure import profile
 
     monkeypatch.setattr(profile, "run_group", _left_a_daemon)
     pc = profile.profile_case(make_case(), ROOT, ROOT, ncu="/bin/true")
@@ -233,7 +235,7 @@ def test_the_resources_child_imports_only_its_trees_kernels(tmp_path):
     (tmp_path / "kernels").mkdir()
     out = tmp_path / "r.json"
     run = subprocess.run(
-        [sys.executable, "-m", "guard.resources", "--kernels-root", str(tmp_path),
+        [sys.executable, "-m", "guard.measure.resources", "--kernels-root", str(tmp_path),
          "--suite", str(ROOT / "suites" / "default.yaml"), "--out", str(out)],
         cwd=ROOT, env=proc.child_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip

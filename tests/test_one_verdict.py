@@ -9,13 +9,16 @@ import sys
 import pytest
 from conftest import make_case, make_run, synthetic_rounds
 
-from guard import core, proc, report, results, runner
+from guard import core
+from guard.base.errors import ExitCode
 from guard.cli import main
-from guard.compare import compare_runs, run_verdict
-from guard.errors import ExitCode
-from guard.outcome import CheckVerdict
-from guard.results import CRASHED, WRONG
-from guard.suite import TimingPlan
+from guard.decide.compare import compare_runs, run_verdict
+from guard.decide.outcome import CheckVerdict
+from guard.measure import proc, runner
+from guard.report import report
+from guard.store import results
+from guard.store.results import CRASHED, WRONG
+from guard.store.suite import TimingPlan
 
 SUITE = """\
 schema_version: 1

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from guard import comment
-from guard.errors import ExitCode
-from guard.outcome import (
+from guard.base.errors import ExitCode
+from guard.decide.outcome import (
     MAX_TEXT,
     CaseOutcome,
     CaseProfile,
@@ -134,8 +134,8 @@ def test_comment_cli_refuses_an_unknown_version(tmp_path):
 def test_html_report_shows_profiles_and_resource_changes_escaped():
     import dataclasses
 
-    from guard import report
-    from guard.compare import compare_runs
+    from guard.decide.compare import compare_runs
+    from guard.report import report
 
     sys.path.insert(0, str(Path(__file__).parent))
     import report_data as data

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import yaml
 
-from guard import policy
-from guard.suite import load_suite
+from guard.decide import policy
+from guard.store.suite import load_suite
 
 SUITE = Path(__file__).resolve().parent.parent / "suites" / "default.yaml"
 

@@ -24,11 +24,12 @@ import pytest
 from conftest import ROOT, TESTS, fault_suite, make_case, make_run
 from conftest import git as _git
 
-from guard import core, results
+from guard import core
+from guard.base.errors import ExitCode
 from guard.cli import main
-from guard.compare import Comparison, compare_runs
-from guard.errors import ExitCode
-from guard.results import UNAVAILABLE
+from guard.decide.compare import Comparison, compare_runs
+from guard.store import results
+from guard.store.results import UNAVAILABLE
 
 FAULTS = ["--fault-module", "fault_kernels", "--worker-path", str(TESTS)]
 
@@ -210,7 +211,7 @@ def test_worker_log_is_read_as_a_bounded_tail(tmp_path):
 
 
 def test_log_tail_keeps_the_last_bytes_and_counts_the_rest():
-    from guard.runner import LogTail
+    from guard.measure.runner import LogTail
 
     read, write = os.pipe()
     tail = LogTail(read, limit=1000)

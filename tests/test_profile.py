@@ -1,4 +1,4 @@
-"""Nsight Compute profiles of a confirmed regression (guard.profile), on the CPU.
+"""Nsight Compute profiles of a confirmed regression (guard.measure.profile), on the CPU.
 
 ncu itself never runs here: the CSV parser reads output captured on an H100
 (tests/fixtures/ncu/), and fake ``ncu`` scripts on PATH stand in for the skip paths
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, make_case
 
-from guard import profile
-from guard.profile import (
+from guard.measure import profile
+from guard.measure.profile import (
     ALL_METRICS,
     COUNTERS_HINT,
     DURATION,
@@ -331,14 +331,16 @@ def test_ncu_fails_first_error_line(tmp_path):
     bin_dir = _fake_ncu(
         tmp_path,
         'echo "==PROF== Connected to process 7 (/usr/bin/python3)"\n'
-        "echo \"guard.profile_target: unknown kernel 'nope'\" >&2\n"
+        "echo \"guard.measure.profile_target: unknown kernel 'nope'\" >&2\n"
         'echo "==ERROR== The application returned an error code (2)."\n'
         'echo "==ERROR== something later"\n'
         "exit 2\n",
     )
     base, head = _trees(tmp_path)
     pc = profile_case(make_case(), base, head, ncu=str(bin_dir / "ncu"))
-    assert pc.skipped_reason == "ncu failed on base: guard.profile_target: unknown kernel 'nope'"
+    assert pc.skipped_reason == (
+        "ncu failed on base: guard.measure.profile_target: unknown kernel 'nope'"
+    )
 
     bin_dir = _fake_ncu(tmp_path, 'echo "==ERROR== Failed to profile kernel \\"x\\""\nexit 1\n')
     pc = profile_case(make_case(), base, head, ncu=str(bin_dir / "ncu"))
@@ -400,7 +402,8 @@ def test_happy_path_end_to_end(tmp_path, monkeypatch):
         "--launch-count", "10", "--metrics", ",".join(ALL_METRICS),
     ]  # fmt: skip
     assert first[9:15] == ["--csv", "--page", "raw", "--target-processes", "all", sys.executable]
-    assert first[15:19] == ["-m", "guard.profile_target", "--kernels-root", str(base.resolve())]
+    target = "guard.measure.profile_target"
+    assert first[15:19] == ["-m", target, "--kernels-root", str(base.resolve())]
     assert json.loads(first[20]) == case.to_json()
     assert first[21:] == ["--seed", "7"]
     assert str(head.resolve()) in argv[len(argv) // 2 :]
@@ -412,7 +415,7 @@ def test_happy_path_end_to_end(tmp_path, monkeypatch):
 def _target(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "guard.profile_target", *args],
+        [sys.executable, "-m", "guard.measure.profile_target", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -425,11 +428,12 @@ def test_target_bad_tree_and_case(tmp_path):
     proc = _target("--kernels-root", str(tmp_path), "--case-json", "{}")
     assert proc.returncode == 2 and proc.stdout == ""
     assert (
-        proc.stderr.strip() == f"guard.profile_target: {tmp_path.resolve()} has no kernels/ package"
+        proc.stderr.strip()
+        == f"guard.measure.profile_target: {tmp_path.resolve()} has no kernels/ package"
     )
     proc = _target("--kernels-root", str(ROOT), "--case-json", "{")
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("guard.profile_target: bad --case-json (JSONDecodeError")
+    assert proc.stderr.startswith("guard.measure.profile_target: bad --case-json (JSONDecodeError")
 
 
 def _has_gpu() -> bool:
@@ -444,4 +448,5 @@ def test_target_without_gpu_says_so():
     proc = _target("--kernels-root", str(ROOT), "--case-json", json.dumps(make_case().to_json()))
     assert proc.returncode == 2
     assert proc.stdout == ""
-    assert proc.stderr.strip().splitlines()[-1] == "guard.profile_target: torch sees no CUDA GPU"
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == "guard.measure.profile_target: torch sees no CUDA GPU"

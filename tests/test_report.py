@@ -21,10 +21,13 @@ from pathlib import Path
 import pytest
 import report_data as data
 
-from guard import cli, history, render, report, results, svg, terminal, text
-from guard.compare import compare_runs
-from guard.results import CaseResult
-from guard.suite import flops
+from guard import cli
+from guard.base import text
+from guard.decide.compare import compare_runs
+from guard.report import render, report, svg, terminal
+from guard.store import history, results
+from guard.store.results import CaseResult
+from guard.store.suite import flops
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -496,7 +499,7 @@ def _pooled_median(c: CaseResult) -> float:
 
 @pytest.mark.parametrize("band", [0.5, 0.9])
 def test_ratio_plot_survives_wide_bands(band):
-    from guard import svg
+    from guard.report import svg
 
     assert "<svg" in svg.ratio_svg(1.0, 0.9, 1.1, band)
 

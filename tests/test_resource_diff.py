@@ -65,7 +65,7 @@ def test_compare_against_reports_a_register_rise_without_a_gpu(tmp_path: Path) -
     assert int(rise.group(2)) > int(rise.group(1))
     assert "config.BLOCK_M" in report
     # The records are kept in the results file (schema 2), per case and arch.
-    from guard import results
+    from guard.store import results
 
     [triton] = [c for c in results.load(tmp_path / "results.json").cases if c.resources]
     assert triton.resources[0]["arch"] == "sm_90" and triton.resources[0]["registers"] > 0

@@ -1,4 +1,4 @@
-"""Compiler resources per case (guard/resources.py and the kernels' resource hooks).
+"""Compiler resources per case (guard/measure/resources.py and the kernels' resource hooks).
 
 CPU only: the Triton kernel compiles for sm_90 and sm_89 without a GPU (in a child
 process, as the guard runs it); a two-commit repository whose second commit enlarges a
@@ -17,8 +17,8 @@ import pytest
 import report_data as data
 from conftest import git as _git
 
-from guard.errors import BadInput, InfraError
-from guard.resources import (
+from guard.base.errors import BadInput, InfraError
+from guard.measure.resources import (
     KernelResources,
     ResourceChange,
     ResourceReport,
@@ -27,7 +27,7 @@ from guard.resources import (
     diff,
     diff_cases,
 )
-from guard.suite import load_suite
+from guard.store.suite import load_suite
 from kernels import cuda_flash, cuda_flash_resources
 from kernels.ptxas import ResourcesUnavailable, parse_arch, parse_ptxas
 
@@ -470,7 +470,7 @@ def test_triton_records_on_a_machine_with_a_gpu() -> None:
     import subprocess
     import sys
 
-    from guard.proc import child_env
+    from guard.measure.proc import child_env
 
     proc = subprocess.run(
         [sys.executable, "-c", GPU_MACHINE_RECORDS],
@@ -490,8 +490,9 @@ def test_triton_records_on_a_machine_with_a_gpu() -> None:
 def test_records_a_hook_could_not_make_are_a_note_not_silence(monkeypatch) -> None:
     """A case whose records are missing in either tree is named in the comparison's
     notes: an empty diff must not pass for "no resource change"."""
-    from guard import core, resources
-    from guard.compare import compare_runs
+    from guard import core
+    from guard.decide.compare import compare_runs
+    from guard.measure import resources
 
     comparison = compare_runs(*data.pair())
     case_id = comparison.cases[0].case_id
@@ -523,8 +524,9 @@ def test_ctrl_c_while_both_trees_compile_ends_both_children_at_once(monkeypatch)
     import threading
     import time
 
-    from guard import core, proc, resources
-    from guard.compare import compare_runs
+    from guard import core
+    from guard.decide.compare import compare_runs
+    from guard.measure import proc, resources
 
     ends: list[int | None] = []
 

@@ -14,8 +14,8 @@ from conftest import make_case, make_run, synthetic_rounds
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from guard import results
-from guard.errors import BadInput
+from guard.base.errors import BadInput
+from guard.store import results
 
 
 @pytest.fixture
@@ -370,7 +370,7 @@ def _over(doc, count):
 
 
 def test_limits_per_case_refuse_a_file_just_over_each(doc):
-    from guard import limits
+    from guard.base import limits
 
     cases = [
         ((limits.MAX_ROUNDS_PER_CASE + 1, 1), rf"rounds: {limits.MAX_ROUNDS_PER_CASE + 1} rounds"),
@@ -388,7 +388,7 @@ def test_limits_per_case_refuse_a_file_just_over_each(doc):
 
 
 def test_limits_per_file_refuse_a_file_just_over_each(doc, tmp_path):
-    from guard import limits
+    from guard.base import limits
 
     many = copy.deepcopy(doc)
     template = many["guard"]["cases"][0]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from conftest import synthetic_rounds
 
-from guard import stats
-from guard.stats import Interval, Threshold, Verdict
+from guard.base import stats
+from guard.base.stats import Interval, Threshold, Verdict
 
 CONF = stats.family_confidence(0.01, 7)
 RULE = stats.Rule(min_effect=0.02, margin=0.005)

@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from guard import stats
+from guard.base import stats
 
 times = st.floats(min_value=1e-7, max_value=10.0, allow_nan=False, allow_infinity=False)
 rounds_st = st.lists(st.lists(times, min_size=1, max_size=6), min_size=2, max_size=8)

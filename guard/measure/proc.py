@@ -32,10 +32,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, BinaryIO
 
-from guard.errors import BadInput
-from guard.files import inside
+from guard.base.errors import BadInput
+from guard.base.files import inside
 
-GUARD_ROOT = Path(__file__).resolve().parent.parent
+GUARD_ROOT = Path(__file__).resolve().parents[2]
 
 
 def child_env(*, compiled: bool = False) -> dict[str, str]:

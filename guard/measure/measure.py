@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from guard.results import Correctness
-from guard.suite import Case, TimingPlan, Tolerance
+from guard.store.results import Correctness
+from guard.store.suite import Case, TimingPlan, Tolerance
 
 if TYPE_CHECKING:
     # Not at run time: the worker imports the kernels package of the tree it measures.

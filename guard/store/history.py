@@ -35,7 +35,7 @@ A row that does not hold what the schema says (a text median, broken
 file edited or written by something else) is left out of the trend and counted in
 ``Trend.skipped``, with its run and the reason.
 
-Step detection is ``guard.changepoint.detect_steps`` (pure code, no I/O); this
+Step detection is ``guard.store.changepoint.detect_steps`` (pure code, no I/O); this
 module only feeds it a case's timed medians and maps its indexes back.
 """
 
@@ -53,10 +53,11 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from guard import results, stats
-from guard.changepoint import Step, detect_steps
-from guard.errors import BadInput
-from guard.results import OK, RunResult
+from guard.base import stats
+from guard.base.errors import BadInput
+from guard.store import results
+from guard.store.changepoint import Step, detect_steps
+from guard.store.results import OK, RunResult
 
 DEFAULT_DB = Path(".guard/history.sqlite")
 HISTORY_SCHEMA_VERSION = 3

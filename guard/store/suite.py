@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from guard import files, limits, stats
-from guard.errors import BadInput, shown
-from guard.stats import Threshold
+from guard.base import files, limits, stats
+from guard.base.errors import BadInput, shown
+from guard.base.stats import Threshold
 
 SUITE_SCHEMA_VERSION = 1
 DTYPES = ("float16", "bfloat16", "float32")

@@ -15,9 +15,9 @@ import sys
 import time
 from typing import Any
 
-from guard import stats
-from guard.runner import Progress
-from guard.text import one_line
+from guard.base import stats
+from guard.base.text import one_line
+from guard.measure.runner import Progress
 
 
 def print_table(header: list[str], rows: list[list[str]], title: str = "") -> None:
@@ -57,7 +57,7 @@ def emit_json(data: Any) -> None:
 
 
 def alpha(text: str) -> float:
-    """``--alpha``: a number in the range guard.stats allows (argparse exits 2 otherwise)."""
+    """``--alpha``: a number in the range guard.base.stats allows (argparse exits 2 otherwise)."""
     try:
         return stats.check_alpha(float(text))
     except ValueError as exc:

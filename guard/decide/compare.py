@@ -1,7 +1,7 @@
 """Compare a candidate run with a baseline run and decide.
 
 Per case: the ratio candidate / baseline with a round-resampling bootstrap interval
-(``guard.stats``), decided by ``stats.Rule``. The interval level is chosen so that the
+(``guard.base.stats``), decided by ``stats.Rule``. The interval level is chosen so that the
 whole check's false-alarm rate stays under the suite's alpha across the gated cases.
 
 Two kinds of comparison, two rules (``case_rule``):
@@ -12,7 +12,7 @@ Two kinds of comparison, two rules (``case_rule``):
   (``timing.drift``) is added to both, so a machine that moved never fails an unchanged
   tree; such a comparison resolves changes to about the drift, not finer.
 
-A case whose kernel is identical in both (the same ``guard.fingerprint`` of what ran on
+A case whose kernel is identical in both (the same ``guard.measure.fingerprint`` of what ran on
 the GPU) is "unchanged (identical kernel)" and needs no timing. A not-gated case (the
 SDPA backends) is a control: its ratio is shown, it never gets a verdict's colour.
 Correctness failures fail the check whatever the timing says. No gated case decided,
@@ -29,13 +29,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from guard import limits, stats
-from guard.errors import BadInput, ExitCode, shown
-from guard.outcome import CaseOutcome, CaseVerdict, CheckVerdict, Outcome
-from guard.results import INFRA_STATUSES, OK, UNAVAILABLE, WRONG, CaseResult, RunResult
-from guard.stats import Basis, Interval, Rule, Verdict
-from guard.suite import Case, TimingPlan
-from guard.text import fmt_ratio
+from guard.base import limits, stats
+from guard.base.errors import BadInput, ExitCode, shown
+from guard.base.stats import Basis, Interval, Rule, Verdict
+from guard.base.text import fmt_ratio
+from guard.decide.outcome import CaseOutcome, CaseVerdict, CheckVerdict, Outcome
+from guard.store.results import INFRA_STATUSES, OK, UNAVAILABLE, WRONG, CaseResult, RunResult
+from guard.store.suite import Case, TimingPlan
 
 
 class Status(str, enum.Enum):
@@ -66,7 +66,7 @@ class CaseComparison:
     candidate_median: float | None = None
     host_ratio: float | None = None
     reason: str = ""
-    # Compiler resources that differ from the baseline's (guard.resources), reported
+    # Compiler resources that differ from the baseline's (guard.measure.resources), reported
     # beside the timing verdict as notes, never as a failure by themselves.
     resource_changes: tuple[str, ...] = ()
     rule: Rule | None = None  # what decided the interval (``case_rule``)

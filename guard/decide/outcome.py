@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from guard.errors import ExitCode  # standard library only, like this module
-from guard.text import fmt_ratio  # likewise
+from guard.base.errors import ExitCode  # standard library only, like this module
+from guard.base.text import fmt_ratio  # likewise
 
 OUTCOME_SCHEMA_VERSION = 2
 MAX_CASES = 200  # rows an outcome file may hold (a suite is tens of cases)
@@ -177,7 +177,7 @@ def verdict_text(
     bound_level: float | None = None,
 ) -> str:
     """A case's verdict with the number it rests on, e.g. "unchanged: ≤ 1.012x (95%
-    bound) < 1.02" or "regression: ≥ 1.031x > 1.005" (``guard.stats.judge`` decides:
+    bound) < 1.02" or "regression: ≥ 1.031x > 1.005" (``guard.base.stats.judge`` decides:
     ``bound`` is the interval's end, or the one-sided bound at ``bound_level``, that
     was compared with ``limit``). The one text of a verdict: the terminal table, the
     Markdown, the HTML report and the PR comment all show it."""
@@ -212,7 +212,7 @@ class CaseOutcome:
     candidate_s: float | None = None
     reason: str = ""
     notes: tuple[str, ...] = ()  # e.g. compiler resources that changed
-    # What the verdict rests on (``guard.stats.Basis``): the interval's end or the
+    # What the verdict rests on (``guard.base.stats.Basis``): the interval's end or the
     # one-sided bound (at ``bound_level``) that was compared with ``limit``.
     bound: float | None = None
     limit: float | None = None
@@ -276,7 +276,7 @@ class CaseOutcome:
 
 @dataclass(frozen=True)
 class CaseProfile:
-    """Nsight Compute, base beside head, for one regressed case (``guard.profile``):
+    """Nsight Compute, base beside head, for one regressed case (``guard.measure.profile``):
     rows of (metric, base, head, change) as plain text, escaped where rendered."""
 
     case_id: str

@@ -1,7 +1,7 @@
 """The HTML report: one self-contained file, and the history table.
 
 ``html_report(run, comparison, trends=...)`` renders ``templates/report.html.j2``:
-inline CSS and inline SVG (``guard.svg``), no script and no network, so the file
+inline CSS and inline SVG (``guard.report.svg``), no script and no network, so the file
 opens from a CI artifact as it is. Pure functions from data to strings: the CLI
 decides where they go.
 
@@ -23,14 +23,15 @@ from pathlib import Path
 
 import jinja2
 
-from guard import stats, svg
-from guard.compare import CaseComparison, Comparison, Status, run_verdict
-from guard.history import Trend
-from guard.outcome import CaseProfile
-from guard.render import verdict_text
-from guard.results import OK, WRONG, CaseResult, Correctness, Environment, RunResult
-from guard.suite import Case, flops
-from guard.text import fmt_ratio, fmt_time
+from guard.base import stats
+from guard.base.text import fmt_ratio, fmt_time
+from guard.decide.compare import CaseComparison, Comparison, Status, run_verdict
+from guard.decide.outcome import CaseProfile
+from guard.report import svg
+from guard.report.render import verdict_text
+from guard.store.history import Trend
+from guard.store.results import OK, WRONG, CaseResult, Correctness, Environment, RunResult
+from guard.store.suite import Case, flops
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -126,7 +127,7 @@ class CaseView:
     host_ratio: str
     rounds: str
     method: str
-    ratio_plot: str  # SVG markup (guard.svg escapes what it draws)
+    ratio_plot: str  # SVG markup (guard.report.svg escapes what it draws)
     distribution_plot: str
     correctness: tuple[CorrectnessRow, ...]
     correctness_message: str

@@ -1,7 +1,7 @@
 """Turn results and comparisons into text: terminal tables, Markdown, JSON.
 
 Pure functions from data to strings; the CLI decides where they go. Everything from a
-file, a suite or a kernel is escaped as data (``guard.text`` says how).
+file, a suite or a kernel is escaped as data (``guard.base.text`` says how).
 """
 
 # No ``from __future__ import annotations`` here: it binds the name ``annotations``,
@@ -9,12 +9,7 @@ file, a suite or a kernel is escaped as data (``guard.text`` says how).
 # annotation in it is valid at run time on Python 3.10.
 from typing import Any
 
-from guard.compare import CaseComparison, Comparison, Status
-from guard.history import Trend
-from guard.outcome import CaseVerdict, CheckVerdict, Outcome, shown_as_moved
-from guard.results import OK, RunResult
-from guard.suite import flops
-from guard.text import (
+from guard.base.text import (
     fmt_ratio,
     fmt_time,
     gh_command,
@@ -23,6 +18,11 @@ from guard.text import (
     md_text,
     md_url,
 )
+from guard.decide.compare import CaseComparison, Comparison, Status
+from guard.decide.outcome import CaseVerdict, CheckVerdict, Outcome, shown_as_moved
+from guard.store.history import Trend
+from guard.store.results import OK, RunResult
+from guard.store.suite import flops
 
 
 def fmt_ci(c: CaseComparison) -> str:

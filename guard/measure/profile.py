@@ -12,9 +12,9 @@ What runs, per tree::
     ncu --nvtx --nvtx-include "guard-profile/" --clock-control none
         --launch-count 10 --metrics <METRICS + STALL_METRICS> --csv --page raw
         --target-processes all
-        python -m guard.profile_target --kernels-root TREE --case-json '<case>' --seed N
+        python -m guard.measure.profile_target --kernels-root TREE --case-json '<case>' --seed N
 
-``guard.profile_target`` warms the kernel up and makes one call inside the NVTX push/pop
+``guard.measure.profile_target`` warms the kernel up and makes one call inside the NVTX push/pop
 range ``guard-profile`` (the trailing ``/`` in the filter selects a push/pop range; without
 it ncu matches start/end ranges only and profiles nothing). ``--clock-control none``
 leaves the GPU clocks as they are (ncu's default locks them to base), so the profiled
@@ -52,11 +52,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from guard.errors import cut
-from guard.proc import GroupRun, child_env, run_group, strays_text
-from guard.profile_target import ERROR_PREFIX, NVTX_RANGE
-from guard.suite import Case
-from guard.text import md_code, md_table, md_text
+from guard.base.errors import cut
+from guard.base.text import md_code, md_table, md_text
+from guard.measure.proc import GroupRun, child_env, run_group, strays_text
+from guard.measure.profile_target import ERROR_PREFIX, NVTX_RANGE
+from guard.store.suite import Case
 
 MAX_KERNELS = 10  # profiled launches per call at most (--launch-count): ~14 replay passes each
 OUTPUT_LIMIT = 8 << 20  # bytes of ncu's stdout read back (the CSV comes last)
@@ -299,7 +299,7 @@ def ncu_command(ncu: str, case: Case, tree: str | Path, seed: int) -> list[str]:
         "all",
         sys.executable,
         "-m",
-        "guard.profile_target",
+        "guard.measure.profile_target",
         "--kernels-root",
         str(Path(tree).resolve()),
         "--case-json",

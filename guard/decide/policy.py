@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from guard.suite import Suite
+from guard.store.suite import Suite
 
 
 def _fmt(value: object) -> str:

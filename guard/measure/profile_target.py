@@ -1,15 +1,16 @@
-"""``python -m guard.profile_target``: one case's kernel, one call marked for Nsight Compute.
+"""``python -m guard.measure.profile_target``: one case's kernel, one call marked for Nsight
+Compute.
 
-The child that ``guard.profile`` starts under ``ncu``. It imports this guard's code and the
-kernels of ``--kernels-root`` (that tree first on ``sys.path``, as ``guard.worker`` does
-for an arm), makes the case's inputs (``guard.measure.make_inputs``, seeded), warms the
+The child that ``guard.measure.profile`` starts under ``ncu``. It imports this guard's code and the
+kernels of ``--kernels-root`` (that tree first on ``sys.path``, as ``guard.measure.worker`` does
+for an arm), makes the case's inputs (``guard.measure.measure.make_inputs``, seeded), warms the
 kernel up (compilation, autotuning, cached plans), then makes exactly one call inside the
 NVTX push/pop range ``guard-profile``; ``ncu --nvtx --nvtx-include "guard-profile/"``
 profiles the kernels that call launches and nothing else.
 
 ncu prints its CSV on the stdout it shares with this process, so everything this process
 (and the kernel) prints goes to stderr. On failure it prints one line
-``guard.profile_target: <what went wrong>`` to stderr and exits 2.
+``guard.measure.profile_target: <what went wrong>`` to stderr and exits 2.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 NVTX_RANGE = "guard-profile"
-ERROR_PREFIX = "guard.profile_target: "
+ERROR_PREFIX = "guard.measure.profile_target: "
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
@@ -47,8 +48,8 @@ def run(kernels_root: str, case_json: str, seed: int, warmup: int) -> None:
     # This guard's modules first, while only this guard's tree is on sys.path; the
     # ``guard`` package is already imported (``-m``), so a ``guard/`` in the tree
     # cannot replace them.
-    from guard.measure import make_inputs
-    from guard.suite import Case
+    from guard.measure.measure import make_inputs
+    from guard.store.suite import Case
 
     root = Path(kernels_root).resolve()
     if not (root / "kernels" / "__init__.py").is_file():
@@ -65,14 +66,14 @@ def run(kernels_root: str, case_json: str, seed: int, warmup: int) -> None:
     import torch
 
     import kernels
-    from guard.proc import local_kernels_root
+    from guard.measure.proc import local_kernels_root
 
     loaded_from = Path(local_kernels_root())
     if loaded_from != root:
         raise TargetError(f"kernels came from {loaded_from}, not {root}")
     if not torch.cuda.is_available():
         raise TargetError("torch sees no CUDA GPU")
-    torch.backends.cuda.matmul.allow_tf32 = False  # as guard.worker sets them for timing
+    torch.backends.cuda.matmul.allow_tf32 = False  # as guard.measure.worker sets them for timing
     torch.backends.cudnn.allow_tf32 = False
     try:
         spec = kernels.get(case.kernel)
@@ -99,7 +100,7 @@ def run(kernels_root: str, case_json: str, seed: int, warmup: int) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m guard.profile_target",
+        prog="python -m guard.measure.profile_target",
         description="Call one case's kernel once inside the NVTX range "
         f"'{NVTX_RANGE}' (after warm-up), for ncu --nvtx-include '{NVTX_RANGE}/'.",
     )

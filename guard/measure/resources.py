@@ -9,8 +9,8 @@ config or code path. A kernel in the registry with a ``resources`` hook
 changed between two trees (``diff``, ``diff_cases``).
 
 Compiling replaces process-wide triton state (its active driver), so collection runs in
-a child process: ``collect_in_tree`` starts ``python -m guard.resources`` with this
-guard's code and the given tree's kernels (as ``guard.worker`` does for an arm), under a
+a child process: ``collect_in_tree`` starts ``python -m guard.measure.resources`` with this
+guard's code and the given tree's kernels (as ``guard.measure.worker`` does for an arm), under a
 timeout, and reads back the JSON it writes (``ResourceReport``, schema below).
 
 Report file format (``schema_version``):
@@ -22,154 +22,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from guard import files, limits
-from guard.errors import BadInput, ExitCode, GuardError, InfraError
-from guard.proc import child_env, local_kernels_root, run_group, strays_text
+from guard.base import files, limits
+from guard.base.errors import BadInput, ExitCode, GuardError, InfraError
+from guard.measure.proc import child_env, local_kernels_root, run_group, strays_text
+from guard.store.kernel_resources import KernelResources, _arch, _mapping, _str
 
 if TYPE_CHECKING:
-    from guard.suite import Suite
+    from guard.store.suite import Suite
 
 SCHEMA_VERSION = 1
-_ARCH = re.compile(r"sm_\d+a?")
 _REASON_CHARS = 600
-
-ConfigValue = int | str
-
-
-# ------------------------------------------------------------------------ validation
-
-
-def _where(where: str, name: str) -> str:
-    return f"{where}.{name}" if where else name
-
-
-def _int(value: Any, where: str, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise BadInput(f"{where}: must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _str(value: Any, where: str, *, empty: bool = True) -> str:
-    if not isinstance(value, str) or (not empty and not value):
-        raise BadInput(f"{where}: must be a{'' if empty else ' non-empty'} string, got {value!r}")
-    return value
-
-
-def _arch(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not _ARCH.fullmatch(value):
-        raise BadInput(f"{where}: must be an arch like 'sm_90', got {value!r}")
-    return value
-
-
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise BadInput(f"{where}: must be a mapping, got {type(value).__name__}")
-    return value
-
-
-# ------------------------------------------------------------------------ data
-
-
-@dataclass(frozen=True)
-class KernelResources:
-    """What the compiler made of one kernel for one arch, as launched for one case.
-
-    ``registers`` per thread; spills and stack in bytes per thread; ``shared_bytes``
-    per block (static + dynamic); ``num_warps`` as compiled (under warp specialization,
-    all warp groups); ``grid`` the launch grid; ``config`` what the launcher chose
-    (tile sizes, where the choice came from); ``path`` the code path ("pointer",
-    "tma_ws", "mma_sync"); ``toolchain`` the compilers that produced it.
-    """
-
-    arch: str
-    kernel: str
-    registers: int
-    spill_store_bytes: int
-    spill_load_bytes: int
-    shared_bytes: int
-    num_warps: int
-    num_stages: int
-    grid: tuple[int, ...]
-    config: Mapping[str, ConfigValue] = field(default_factory=dict)
-    path: str = ""
-    stack_bytes: int = 0
-    toolchain: str = ""
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.arch, self.kernel)
-
-    @property
-    def spill_bytes(self) -> int:
-        return self.spill_store_bytes + self.spill_load_bytes
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "arch": self.arch,
-            "kernel": self.kernel,
-            "registers": self.registers,
-            "spill_store_bytes": self.spill_store_bytes,
-            "spill_load_bytes": self.spill_load_bytes,
-            "stack_bytes": self.stack_bytes,
-            "shared_bytes": self.shared_bytes,
-            "num_warps": self.num_warps,
-            "num_stages": self.num_stages,
-            "grid": list(self.grid),
-            "config": dict(self.config),
-            "path": self.path,
-            "toolchain": self.toolchain,
-        }
-
-    @classmethod
-    def from_json(cls, data: Any, where: str = "resources") -> KernelResources:
-        """Validate and build; BadInput naming the field (``where.field``) at fault."""
-        data = _mapping(data, where or "resources")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise BadInput(f"{_where(where, unknown[0])}: unknown field")
-        required = ("arch", "kernel", "registers", "spill_store_bytes", "spill_load_bytes",
-                    "shared_bytes", "num_warps", "num_stages", "grid")  # fmt: skip
-        for name in required:
-            if name not in data:
-                raise BadInput(f"{_where(where, name)}: missing")
-        grid = data["grid"]
-        if not isinstance(grid, (list, tuple)) or not 1 <= len(grid) <= 3:
-            raise BadInput(f"{_where(where, 'grid')}: must be a list of 1 to 3 integers")
-        config = _mapping(data.get("config", {}), _where(where, "config"))
-        checked: dict[str, ConfigValue] = {}
-        for key, value in config.items():
-            at = _where(where, f"config.{key}")
-            _str(key, at, empty=False)
-            if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise BadInput(f"{at}: must be an integer or a string, got {value!r}")
-            checked[key] = value
-        return cls(
-            arch=_arch(data["arch"], _where(where, "arch")),
-            kernel=_str(data["kernel"], _where(where, "kernel"), empty=False),
-            registers=_int(data["registers"], _where(where, "registers")),
-            spill_store_bytes=_int(data["spill_store_bytes"], _where(where, "spill_store_bytes")),
-            spill_load_bytes=_int(data["spill_load_bytes"], _where(where, "spill_load_bytes")),
-            shared_bytes=_int(data["shared_bytes"], _where(where, "shared_bytes")),
-            num_warps=_int(data["num_warps"], _where(where, "num_warps"), minimum=1),
-            num_stages=_int(data["num_stages"], _where(where, "num_stages")),
-            grid=tuple(_int(n, _where(where, f"grid[{i}]")) for i, n in enumerate(grid)),
-            config=checked,
-            path=_str(data.get("path", ""), _where(where, "path")),
-            stack_bytes=_int(data.get("stack_bytes", 0), _where(where, "stack_bytes")),
-            toolchain=_str(data.get("toolchain", ""), _where(where, "toolchain")),
-        )
-
 
 @dataclass(frozen=True)
 class ResourceChange:
@@ -412,7 +283,7 @@ def collect_in_tree(
 ) -> ResourceReport:
     """``collect_resources`` in a child process over ``tree``'s kernels.
 
-    The child runs this guard's code (``python -m guard.resources``, as a worker does)
+    The child runs this guard's code (``python -m guard.measure.resources``, as a worker does)
     with ``tree`` first on ``sys.path``, so ``tree/kernels`` is what compiles and the
     suite's kernel names are checked against that tree's registry. ``kernels`` and
     ``case_names`` select cases (``Suite.select``). The child and everything it starts
@@ -426,8 +297,9 @@ def collect_in_tree(
     env = child_env(compiled=True)
     with tempfile.TemporaryDirectory(prefix="guard-resources-") as tmp:
         out = Path(tmp) / "resources.json"
-        cmd = [python or sys.executable, "-m", "guard.resources", "--kernels-root", str(tree),
-               "--suite", str(suite_path), "--out", str(out), "--arch", *arches]  # fmt: skip
+        cmd = [python or sys.executable, "-m", "guard.measure.resources",
+               "--kernels-root", str(tree), "--suite", str(suite_path), "--out", str(out),
+               "--arch", *arches]  # fmt: skip
         if kernels:
             cmd += ["--kernels", *kernels]
         if case_names:
@@ -458,9 +330,9 @@ def collect_in_tree(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m guard.resources``: the child process of ``collect_in_tree``."""
+    """``python -m guard.measure.resources``: the child process of ``collect_in_tree``."""
     parser = argparse.ArgumentParser(
-        prog="python -m guard.resources",
+        prog="python -m guard.measure.resources",
         description="Compile a suite's kernels for GPU arches without a GPU and write "
         "their compiler resources (registers, spills, shared memory, config) as JSON.",
     )
@@ -473,11 +345,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.kernels_root:  # its kernels (and no other tree's), this guard
-            from guard.proc import import_kernels_from
+            from guard.measure.proc import import_kernels_from
 
             import_kernels_from(args.kernels_root)
-        from guard.results import write_atomic
-        from guard.suite import load_suite
+        from guard.store.results import write_atomic
+        from guard.store.suite import load_suite
 
         suite = load_suite(args.suite).select(args.kernels, args.cases)
         report = collect_resources(suite, args.arch)

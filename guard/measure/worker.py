@@ -1,7 +1,7 @@
 """A worker process: runs one round of one arm and reports case by case.
 
-Started by ``guard.runner`` as ``python -m guard.worker``, the leader of its own process
-group, with a JSON job as the first line of stdin; the guard keeps stdin open for the
+Started by ``guard.measure.runner`` as ``python -m guard.measure.worker``, the leader of its
+own process group, with a JSON job as the first line of stdin; the guard keeps stdin open for the
 round. It writes one JSON object per line to its *original* stdout and sends everything
 else (including whatever kernels print) to stderr, so a chatty kernel cannot corrupt the
 protocol. Events: ``hello``, then ``begin`` (before a case runs, so a worker that dies is
@@ -16,11 +16,11 @@ of file on stdin (the guard closed it, or died) and then SIGKILLs the whole grou
 kernels' children included. The watchdog is a process rather than a thread because a
 thread dies with the SIGKILLed worker, and cannot run at all while a hung native call
 holds the GIL. Limits: a descendant that leaves the group (``setsid``) escapes it (the
-guard, their subreaper, finds and kills it after the worker: ``guard.proc.end_strays``);
+guard, their subreaper, finds and kills it after the worker: ``guard.measure.proc.end_strays``);
 if the fork fails, a SIGKILLed guard leaves the kernels' children behind; the death
 signal is Linux-only and follows the parent *thread* that started the worker.
 
-The ``kernels`` package must come from the job's ``kernels_root`` (``guard.proc.
+The ``kernels`` package must come from the job's ``kernels_root`` (``guard.measure.proc.
 import_kernels_from``); when it does not, the worker reports ``fatal`` and runs nothing.
 """
 
@@ -35,7 +35,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from guard.protocol import WorkerJob
+    from guard.measure.protocol import WorkerJob
 
 CONTEXT_LOST = 86
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -75,8 +75,8 @@ def _describe(exc: BaseException) -> str:
 
 def _report_failure(proto: TextIO, case_id: str, exc: BaseException, device: str) -> bool:
     """Report a case that raised; True when the CUDA context is lost (worker must end)."""
-    from guard import measure
-    from guard.results import CRASHED, WRONG
+    from guard.measure import measure
+    from guard.store.results import CRASHED, WRONG
 
     status = WRONG if isinstance(exc, measure.OutOfBoundsWrite) else CRASHED
     _emit(
@@ -93,15 +93,15 @@ def _report_failure(proto: TextIO, case_id: str, exc: BaseException, device: str
 def run_job(job: WorkerJob, proto: TextIO) -> int:
     import torch
 
-    from guard import env as guard_env
-    from guard import measure
-    from guard.results import BUILD_FAILED, CRASHED, OK, UNAVAILABLE, WRONG
-    from guard.suite import Case, Tolerance
+    from guard.measure import env as guard_env
+    from guard.measure import measure
+    from guard.store.results import BUILD_FAILED, CRASHED, OK, UNAVAILABLE, WRONG
+    from guard.store.suite import Case, Tolerance
 
     for module in job.fault_modules:
         __import__(module)  # tests register fault-injection kernels this way
-    from guard import fingerprint
-    from guard.proc import import_kernels_from
+    from guard.measure import fingerprint
+    from guard.measure.proc import import_kernels_from
 
     # The arm's own kernels or none: a tree without kernels/__init__.py would otherwise
     # hand over to another tree's regular package further on sys.path (GUARD_ROOT's).
@@ -151,7 +151,7 @@ def run_job(job: WorkerJob, proto: TextIO) -> int:
             continue
         try:
             if mode == "check":
-                # The case's first call: fingerprinted as it runs (guard.fingerprint).
+                # The case's first call: fingerprinted as it runs (guard.measure.fingerprint).
                 result, print_ = fingerprint.take(
                     functools.partial(
                         measure.check,
@@ -281,7 +281,7 @@ def _start_watchdog() -> None:
 
 
 def main() -> int:
-    from guard.errors import GuardError
+    from guard.base.errors import GuardError
 
     _die_with_parent(os.getppid())
     # Keep the protocol on a private copy of stdout; route fd 1 to stderr.
@@ -298,7 +298,7 @@ def main() -> int:
         sys.path.insert(0, root)  # the --against arm: its kernels, this guard
     sys.path.extend(data.get("sys_path", []))
     try:
-        from guard.protocol import WorkerJob
+        from guard.measure.protocol import WorkerJob
 
         return run_job(WorkerJob.from_json(data), proto)
     except GuardError as exc:  # the job cannot run (its tree): the reason is the message

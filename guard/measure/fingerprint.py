@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from guard import files
+from guard.base import files
 
 T = TypeVar("T")
 

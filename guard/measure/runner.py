@@ -1,6 +1,6 @@
 """Run a suite: correctness first, then timing rounds in fresh worker processes.
 
-Each round of each arm is one ``python -m guard.worker`` process; the arms (this tree,
+Each round of each arm is one ``python -m guard.measure.worker`` process; the arms (this tree,
 and the base ref's tree for ``--against``) alternate round by round, and the order of
 cases is shuffled in every round. A worker that crashes, exits (``os._exit``), hangs
 past the per-case timeout, or loses its CUDA context costs only the case it was on (the
@@ -41,13 +41,13 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from guard import env as guard_env
-from guard.errors import BadInput, InfraError
-from guard.proc import (
+from guard.base.errors import BadInput, InfraError
+from guard.measure import env as guard_env
+from guard.measure.proc import (
     GUARD_ROOT,
     Stray,
     child_env,
@@ -60,8 +60,8 @@ from guard.proc import (
     strays_text,
     subreaper,
 )
-from guard.protocol import CaseJob, Event, Mode, WorkerJob
-from guard.results import (
+from guard.measure.protocol import CaseJob, Event, Mode, WorkerJob
+from guard.store.results import (
     CRASHED,
     OK,
     SCHEMA_VERSION,
@@ -75,7 +75,7 @@ from guard.results import (
     RunResult,
     now_iso,
 )
-from guard.suite import Case, Suite, TimingPlan
+from guard.store.suite import Case, Suite, TimingPlan
 
 SANITIZER_FOUND = 87  # compute-sanitizer's exit code when it reports memory errors
 STARTUP_TIMEOUT_S = 300.0  # torch import + CUDA init on a cold machine
@@ -407,7 +407,7 @@ class Session:
         env = child_env()
         if self.sanitize:  # memcheck sees cudaMalloc bounds, not torch's sub-allocations
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
-        command = [*self._sanitizer(), self.python, "-m", "guard.worker"]
+        command = [*self._sanitizer(), self.python, "-m", "guard.measure.worker"]
         with subreaper():  # from the start: a daemon's double fork may come at import
             yield from self._worker_events(job, command, env)
 
@@ -552,7 +552,7 @@ def _status(value: object) -> CaseStatus:
 
 
 def _exit_reason(code: int, finished: bool = False) -> str:
-    from guard.worker import CONTEXT_LOST
+    from guard.measure.worker import CONTEXT_LOST
 
     if code == SANITIZER_FOUND:
         return "compute-sanitizer reported memory errors (see the worker's output)"
@@ -566,31 +566,3 @@ def _exit_reason(code: int, finished: bool = False) -> str:
     if code == 0 and not finished:
         return "worker exited with code 0 before finishing (os._exit or sys.exit in a kernel?)"
     return f"worker exited with code {code}"
-
-
-def _raise_on_sigterm(signum: int, frame: object) -> None:
-    signal.signal(signum, _ignore_repeat)  # a second SIGTERM must not cut the cleanup short
-    raise SystemExit(128 + signum)
-
-
-def _ignore_repeat(signum: int, frame: object) -> None:
-    pass
-
-
-@contextlib.contextmanager
-def sigterm_unwinds() -> Iterator[None]:
-    """While inside, SIGTERM raises ``SystemExit(143)`` so ``finally`` blocks run: workers
-    are killed, a ``--against`` worktree removed. Only where SIGTERM has its default
-    action and on the main thread (signal handlers live there); restored on the way out.
-    """
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-    ):
-        yield
-        return
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -3,10 +3,10 @@
 Files larger than these are refused on load (``BadInput``: the limit and what the
 file had, exit 2) rather than read until memory runs out: with them, ``guard compare``
 of any two files stays under 1 GB of memory. Only regular files are read at all
-(``guard.files``): a FIFO, a device or a directory is refused the same way, since
+(``guard.base.files``): a FIFO, a device or a directory is refused the same way, since
 ``stat`` says nothing of what reading one would cost. What the guard writes stays inside
 them (the suite reader applies the round and sample limits to the timing plan).
-Plots in the HTML report are thinned instead (``guard.svg``), and say so.
+Plots in the HTML report are thinned instead (``guard.report.svg``), and say so.
 """
 
 from __future__ import annotations

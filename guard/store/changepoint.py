@@ -1,7 +1,7 @@
 """Step (change-point) detection in a case's history of medians: pure code, no I/O.
 
 Plain sequences in (positive times, oldest first), frozen dataclasses out
-(``Step``). ``guard.history`` feeds it the timed medians of one case on one GPU;
+(``Step``). ``guard.store.history`` feeds it the timed medians of one case on one GPU;
 nothing here knows about SQLite, runs or cases.
 
 How: binary segmentation with t-tests

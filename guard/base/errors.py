@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 import reprlib
 
-from guard.limits import MAX_SHOWN_CHARS
+from guard.base.limits import MAX_SHOWN_CHARS
 
 
 class ExitCode(enum.IntEnum):

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
-from guard.results import Environment
+from guard.store.results import Environment
 
 # nvidia-smi clocks_event_reasons bits that mean the clock was held down by heat or
 # hardware, so timings of that moment are not representative. (SW power cap, 0x4,

@@ -7,13 +7,13 @@ carries the guard's own record under the key ``guard`` with an integer
 
 Format changes (bump ``SCHEMA_VERSION`` and add ``migrate_to_N`` for each):
   1 (2026-11): first version.
-  2 (2026-11): per case ``fingerprint`` (what ran on the GPU: ``guard.fingerprint``)
-     and ``resources`` (compiler resources per arch: ``guard.resources``); version 1
+  2 (2026-11): per case ``fingerprint`` (what ran on the GPU: ``guard.measure.fingerprint``)
+     and ``resources`` (compiler resources per arch: ``guard.measure.resources``); version 1
      files read as having neither.
 
 Readers migrate older files and refuse newer ones; every field is validated on
 load and a failure raises ``BadInput`` naming the file and the field; only a regular
-file is read, up to ``limits.MAX_FILE_BYTES`` (``guard.files``). Writers write
+file is read, up to ``limits.MAX_FILE_BYTES`` (``guard.base.files``). Writers write
 atomically (temporary file in the same folder, fsync, rename; removed on any failure).
 """
 
@@ -34,9 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guard import files, limits, stats
-from guard.errors import BadInput, ExitCode, GuardError, cut, shown
-from guard.suite import Case
+from guard.base import files, limits, stats
+from guard.base.errors import BadInput, ExitCode, GuardError, cut, shown
+from guard.base.unwind import sigterm_unwinds
+from guard.store.kernel_resources import KernelResources
+from guard.store.suite import Case
 
 SCHEMA_VERSION = 2
 PYTEST_BENCHMARK_VERSION = "5.2.3"  # the format we write
@@ -97,8 +99,9 @@ class CaseResult:
     rounds: tuple[tuple[float, ...], ...] = ()  # device seconds per call, one tuple a round
     host_rounds: tuple[tuple[float, ...], ...] = ()  # host-inclusive seconds per call
     kernel_hash: str = ""
-    fingerprint: str = ""  # guard.fingerprint of what ran on the GPU; "" unknown
-    resources: tuple[dict[str, Any], ...] = ()  # guard.resources.KernelResources as JSON
+    fingerprint: str = ""  # guard.measure.fingerprint of what ran on the GPU; "" unknown
+    # guard.store.kernel_resources.KernelResources as JSON
+    resources: tuple[dict[str, Any], ...] = ()
     method: str = ""  # "cuda-graph", "cuda-events", "cpu-timer"
     calls_per_sample: tuple[int, ...] = ()
     worker_output: str = ""  # tail of the worker's output when it failed
@@ -297,7 +300,6 @@ def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new, never half,
     and no temporary file stays behind: not on an error, Ctrl-C or SIGTERM (which unwinds
     while writing, on the main thread). ``CannotWrite`` when the path cannot be written."""
-    from guard.runner import sigterm_unwinds  # runner imports this module
 
     path = Path(path)
     with sigterm_unwinds():
@@ -424,8 +426,8 @@ def _rounds(reader: _Reader, rec: Any, key: str, where: str) -> tuple[tuple[floa
 
 
 def _case_from(reader: _Reader, rec: Any, where: str) -> CaseResult:
-    from guard.stats import Threshold
-    from guard.suite import DTYPES, Shape
+    from guard.base.stats import Threshold
+    from guard.store.suite import DTYPES, Shape
 
     cw = f"{where}.case"
     data = reader.get(rec, "case", where, dict)
@@ -538,8 +540,7 @@ def _environment_from(reader: _Reader, data: Any, where: str) -> Environment:
 
 
 def _resources(reader: _Reader, rec: dict[str, Any], where: str) -> tuple[dict[str, Any], ...]:
-    """Each record validated as ``guard.resources.KernelResources``, kept as JSON."""
-    from guard.resources import KernelResources
+    """Each record validated as ``guard.store.kernel_resources.KernelResources``, kept as JSON."""
 
     items = reader.get(rec, "resources", where, list, [])
     if len(items) > 64:
@@ -676,8 +677,8 @@ def _from_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> RunResult:
     samples share that process's state, so they say nothing about the noise between
     runs, and a comparison of two such files has no interval (``TOO_FEW_ROUNDS``).
     """
-    from guard.stats import Threshold
-    from guard.suite import Shape
+    from guard.base.stats import Threshold
+    from guard.store.suite import Shape
 
     version = reader.get(data, "version", "", str)
     major = re.match(r"(\d{1,6})\.", version)

@@ -3,7 +3,7 @@
 One JSON object on the worker's stdin (``WorkerJob``), then one JSON object per line on
 its protocol stream (``Event``): ``hello``, then per case ``begin`` and ``result``,
 then ``done``; ``fatal`` when the worker itself failed. The runner also synthesizes
-``exit`` and ``timeout`` events when a worker dies or hangs (``guard.runner``).
+``exit`` and ``timeout`` events when a worker dies or hangs (``guard.measure.runner``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TypedDict
 
-from guard.suite import Case, TimingPlan, Tolerance
+from guard.store.suite import Case, TimingPlan, Tolerance
 
 Mode = Literal["check", "time"]
 

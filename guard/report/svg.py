@@ -13,7 +13,7 @@ from html import escape
 
 import numpy as np
 
-from guard.limits import MAX_PLOT_POINTS, MAX_PLOT_ROUNDS
+from guard.base.limits import MAX_PLOT_POINTS, MAX_PLOT_ROUNDS
 
 # Tableau 10: distinguishable categorical colours for rounds.
 ROUND_COLORS = (

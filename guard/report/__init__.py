@@ -1,0 +1,2 @@
+"""Showing an outcome: Markdown and table rows, the HTML report (templates, SVG),
+terminal tables."""
