@@ -149,7 +149,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
         suite = suite.replace('threshold: "median:25%"', 'threshold: "median:90%"')
         suite = suite.replace("margin: 0.05}", "margin: 0.05, alpha: 1.0e-6}")
         (path / "suites" / "ci.yaml").write_text(suite)
-        stats = path / "guard" / "stats.py"
+        stats = path / "guard" / "base" / "stats.py"
         stats.write_text(
             stats.read_text()
             + "\n\ndef classify(interval, rule):  # the PR's 'fix'\n    return Verdict.UNCHANGED\n"
