@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from guard.store import results
 from guard.store.suite import flops
 
-OURS = ("triton_flash", "cuda_flash")
+OURS = ("flash_attention", "triton_flash", "gluon_flash", "cuda_flash")
 SDPA = ("sdpa", "sdpa_cudnn", "sdpa_flash", "sdpa_efficient")
 
 

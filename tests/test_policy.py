@@ -28,13 +28,13 @@ def test_each_weakening_is_named(tmp_path):
     base = load_suite(SUITE)
 
     def weaken(doc):
-        doc["gate"] = ["cuda_flash"]  # ungates triton_flash
+        doc["gate"] = ["cuda_flash"]  # ungates triton_flash and gluon_flash
         doc["cases"] = doc["cases"][1:]  # drops a workload
         doc["timing"]["alpha"] = 1e-6
         doc["tolerances"]["float16"]["factor"] = 50.0
 
     text = "\n".join(policy.changes(base, _edited(tmp_path, weaken)))
-    assert "ungates triton_flash" in text
+    assert "ungates gluon_flash, triton_flash" in text
     assert "removes" in text and "b1-h8-s128-d64-full" in text
     assert "timing.alpha: 0.01 -> 1e-06" in text
     assert "tolerance float16" in text
