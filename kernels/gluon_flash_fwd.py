@@ -859,7 +859,7 @@ def flash_attention_fwd(
     name ``gluon_flash``; never the Triton kernel).
 
     Same arguments, checks (``ValueError`` naming the argument) and causal alignment
-    as ``kernels.triton_flash.flash_attention_fwd``: q (batch, heads_q, seq_q,
+    as the entry point ``kernels.triton_flash_fwd.flash_attention_fwd``: q (batch, heads_q, seq_q,
     head_dim), k and v (batch, heads_kv, seq_k, head_dim), causal TOP-LEFT aligned.
     ``variant`` None: the variant and config ``flash_plan.FASTER`` names for
     (head_dim, causal), whatever the lengths, with launch plans kept per key as

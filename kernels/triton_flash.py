@@ -536,28 +536,12 @@ def flash_attention_fwd(
     scale: float | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Attention forward with the Triton kernel, ``softmax(q @ k^T * scale) @ v``, like
-    torch SDPA (registry name ``triton_flash``; never the Gluon kernel).
+    """Attention forward with the Triton kernel (registry name ``triton_flash``; never
+    the Gluon kernel), on CUDA or on the CPU under ``TRITON_INTERPRET=1``.
 
-    Args:
-        q: (batch, heads_q, seq_q, head_dim), float16 or bfloat16, on CUDA (or on the
-            CPU under ``TRITON_INTERPRET=1``).
-        k, v: (batch, heads_kv, seq_k, head_dim), q's dtype and device; heads_kv must
-            divide heads_q (grouped-query attention).
-        causal: mask keys after the query, TOP-LEFT aligned like SDPA's
-            ``is_causal=True``: query i sees keys j <= i even when seq_q != seq_k.
-        scale: multiplies q @ k^T; default 1 / sqrt(head_dim); must be positive.
-        out: optional buffer shaped and typed like q, written and returned.
-
-    Returns:
-        (batch, heads_q, seq_q, head_dim) in q's dtype.
-
-    Raises:
-        ValueError: naming the argument that is wrong (dtype, device, shape, head_dim,
-            head counts, scale, out).
-
-    The first call of each (shapes, strides, dtypes, devices, alignments, causal, scale,
-    out) key validates and compiles; later calls of that key reuse its launch plan.
+    Same arguments, shapes, checks (``ValueError`` naming the argument), causal
+    alignment (TOP-LEFT, as SDPA) and kept launch plans as the entry point users call,
+    ``kernels.triton_flash_fwd.flash_attention_fwd``, whose docstring gives them.
     """
     return _ENTRY(q, k, v, causal, scale, out)
 
