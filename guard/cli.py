@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from guard import cli_report, core
+from guard import cli_publish, cli_report, core
 from guard.base import text
 from guard.base.errors import GuardError
 from guard.decide.compare import Comparison, no_gated_checked, run_verdict
@@ -429,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-cpu", action="store_true", help="allow a CPU baseline")
     r.set_defaults(func=cmd_baseline_refresh)
     cli_report.register(sub)
+    cli_publish.register(sub)  # guard publish: the history as a static site
     return parser
 
 

@@ -580,6 +580,26 @@ def trends(
     return out
 
 
+def every_trend(
+    db: str | Path, *, limit: int | None = DEFAULT_LIMIT, alpha: float = 0.01
+) -> tuple[Trend, ...]:
+    """Every case's trend on every GPU it was measured on, read in one connection
+    (``guard publish``): by case id, then the GPU measured last first. An empty file
+    (created, no run appended yet) and a store without runs have none."""
+    _check_params(alpha, None, limit)
+    path = Path(db)
+    if path.is_file() and path.stat().st_size == 0:
+        return ()
+    out: list[Trend] = []
+    with _connect(db, create=False) as conn:
+        for case_id in _distinct(conn, "case_id"):
+            for gpu in _gpus_of(conn, case_id):
+                found = _trend(conn, case_id, gpu, limit, alpha, None)
+                if found is not None:
+                    out.append(found)
+    return tuple(out)
+
+
 class PointJson(TypedDict):
     """A ``HistoryPoint`` in ``trend_json``; times in seconds per call."""
 

@@ -1,0 +1,124 @@
+"""The ``guard publish`` command: the history store as a static site (``guard.report.
+site``). Parses, reads the history (``guard.store.history.every_trend``), renders, and
+writes the files; ``guard.cli.build_parser`` calls ``register``.
+
+The output folder is the site's own: a folder that holds other files and no
+``.guard-site`` manifest from an earlier build is refused (exit 2), so that a typo never
+overwrites someone's folder. Each file is written atomically; case pages that an earlier
+build wrote and this one does not (a case gone from the history) are removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from guard import core
+from guard.base import text
+from guard.base.errors import BadInput
+from guard.report import site, terminal
+from guard.store import history
+
+MANIFEST = ".guard-site"  # the files of the last build, one per line
+
+
+def _previous(out: Path) -> set[str]:
+    """The files the last build wrote here; refuse a folder that is not a site's."""
+    if out.exists() and not out.is_dir():
+        raise BadInput(f"--out {out}: is not a directory")
+    manifest = out / MANIFEST
+    if manifest.is_file():
+        return {line for line in manifest.read_text("utf-8").splitlines() if line}
+    if out.is_dir() and any(out.iterdir()):
+        raise BadInput(
+            f"--out {out}: holds files and no {MANIFEST} of an earlier `guard publish`; "
+            "give an empty or new folder"
+        )
+    return set()
+
+
+def write_site(files: dict[str, str], out: Path) -> int:
+    """Write the site's files under ``out``; return how many stale pages were removed."""
+    previous = _previous(out)
+    for rel, body in files.items():
+        core.write_output("--out", out / rel, body)
+    stale = sorted(p for p in previous - set(files) if p.startswith("cases/") and "/.." not in p)
+    for rel in stale:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(out / rel)
+    core.write_output("--out", out / MANIFEST, "".join(f"{p}\n" for p in sorted(files)))
+    return len(stale)
+
+
+def _repo_url(args: argparse.Namespace) -> str:
+    if args.repo_url is not None:
+        if args.repo_url and not text.is_web_url(args.repo_url):
+            raise BadInput(f"--repo-url {args.repo_url!r}: not an http(s) URL")
+        return str(args.repo_url)
+    server, repo = os.environ.get("GITHUB_SERVER_URL", ""), os.environ.get("GITHUB_REPOSITORY", "")
+    url = f"{server.rstrip('/')}/{repo}" if server and repo else ""
+    return url if text.is_web_url(url) else ""
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    _previous(out)  # refuse a foreign folder before reading anything
+    trends = history.every_trend(args.db, limit=None if args.all else args.limit, alpha=args.alpha)
+    for t in trends:
+        if t.skipped:
+            print(f"[guard] {text.one_line(t.skipped_note(args.db))}", file=sys.stderr)
+    generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    files = site.build_site(
+        trends,
+        repo_url=_repo_url(args),
+        title=args.title,
+        generated=generated,
+        source=Path(args.db).name,
+    )
+    removed = write_site(files, out)
+    cases = len(site.site_pages(files))
+    print(
+        f"site: {out / 'index.html'} ({cases} case page(s), {len(trends)} series"
+        + (f", {removed} stale page(s) removed" if removed else "")
+        + ")",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``publish`` to the ``guard`` subcommands."""
+    p = sub.add_parser(
+        "publish",
+        help="write the history as a static site (trends per GPU, change points)",
+        description="Render every case's history on every GPU as static HTML: an index "
+        "(latest time, last step, sparkline per case and GPU) and a page per case (time "
+        "over commits with its interval band, change points linked to their commits). "
+        "Inline CSS and SVG, no script, nothing fetched: opens from a folder or GitHub Pages.",
+    )
+    p.add_argument("--db", type=Path, default=history.DEFAULT_DB, help="the history DB")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the site's folder")
+    p.add_argument(
+        "--repo-url",
+        metavar="URL",
+        help="link commits to URL/commit/SHA (default: $GITHUB_SERVER_URL/$GITHUB_REPOSITORY "
+        "when set; '' for no links)",
+    )
+    p.add_argument("--title", default="Performance history", help="the pages' title")
+    window = p.add_mutually_exclusive_group()
+    window.add_argument(
+        "--limit",
+        type=terminal.positive_int,
+        default=history.DEFAULT_LIMIT,
+        metavar="N",
+        help=f"the last N runs per case and GPU (default {history.DEFAULT_LIMIT})",
+    )
+    window.add_argument("--all", action="store_true", help="every run")
+    p.add_argument(
+        "--alpha", type=terminal.alpha, default=0.01, help="false-step rate per scan (0.01)"
+    )
+    p.set_defaults(func=cmd_publish)
