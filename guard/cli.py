@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from guard import cli_publish, cli_report, core
+from guard import cli_merge, cli_publish, cli_report, core
 from guard.base import text
 from guard.base.errors import GuardError
 from guard.decide.compare import Comparison, no_gated_checked, run_verdict
@@ -207,6 +207,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     suite = _suite(args)
     _check_outputs(args)
+    cli_merge.sharding_options(args)
     then = (
         "checking the correctness of the other kernels"
         + ("" if args.time_controls else ", not timing them (--time-controls times them)")
@@ -216,9 +217,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         if args.against:
             _announce(args, suite, then)
-            comparison = core.compare_against(
-                suite, args.against, opts=_opts(args), progress=progress
-            )
+            if args.gpus or args.shard:  # spread over GPUs or runners (cli_merge)
+                comparison = cli_merge.compare_sharded(
+                    args, suite, _opts(args), progress, args.argv
+                )
+            else:
+                comparison = core.compare_against(
+                    suite, args.against, opts=_opts(args), progress=progress
+                )
             _save_results(args, comparison.candidate)
             cli_report.append_history(args, comparison.candidate)
             return _render_comparison(args, comparison)
@@ -419,7 +425,10 @@ def build_parser() -> argparse.ArgumentParser:
         "here (a CPU: minutes); by default they are then only checked",
     )
     p.add_argument("--html", help="also write the HTML report here")
+    cli_merge.add_sharding_options(p)
     p.set_defaults(func=cmd_compare)
+
+    cli_merge.add_parser(sub)
 
     p = sub.add_parser("baseline", help="manage baselines")
     bsub = p.add_subparsers(dest="baseline_command", required=True)
@@ -498,6 +507,7 @@ def _main(argv: Sequence[str] | None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse: 2 for usage errors, 0 for --help
         return int(exc.code or 0)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # --gpus passes them on
     try:
         return int(args.func(args))
     except GuardError as exc:

@@ -105,6 +105,8 @@ def _gpu_section(outcome: Outcome, d: Detail) -> Iterator[str]:
         return md_code(clip(value, d.clip))
 
     gpu = text(outcome.gpu) if outcome.gpu.strip() else "unnamed GPU"
+    if outcome.shard is not None:  # one shard alone: `guard merge` joins them
+        gpu += f" (shard {outcome.shard.index}/{outcome.shard.count} only)"
     yield (
         f"### {_ICON[outcome.verdict]} {gpu}: {md_text(outcome.verdict.words)} "
         f"(exit {int(outcome.exit_code)})"
@@ -221,10 +223,11 @@ def markdown(outcomes: Sequence[Outcome], budget: int = MAX_COMMENT_BYTES) -> st
     return _render(outcomes, DETAILS[-1], sys.maxsize) or ""
 
 
-def read(path: Path) -> Outcome:
-    """One outcome file; OutcomeFileError naming the file and the field at fault."""
+def read(path: Path, limit: int = MAX_FILE_BYTES) -> Outcome:
+    """One outcome file; OutcomeFileError naming the file and the field at fault.
+    ``limit``: its most bytes (a shard's file, which carries evidence, may be larger)."""
     try:
-        text = read_text(path, MAX_FILE_BYTES)
+        text = read_text(path, limit)
     except (OSError, UnicodeDecodeError) as exc:  # FileRefused: a FIFO, device, too big
         raise OutcomeFileError(f"{path}: cannot read it ({exc})") from None
     try:

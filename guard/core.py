@@ -17,7 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
+from guard.base import shard as shard_mod
+from guard.base import stats
 from guard.base.errors import BadInput, ExitCode, GuardError, InfraError, shown
+from guard.base.shard import ShardSpec
 from guard.base.unwind import sigterm_unwinds
 from guard.decide.compare import (
     Comparison,
@@ -67,6 +70,65 @@ class MeasureOptions:
     # Time the not-gated controls (SDPA) even when no gated case can be decided: by
     # default their timing is skipped then, as it could decide nothing.
     time_controls: bool = False
+    # A shard of a sharded check: at least this many gated cases share the family
+    # false-alarm rate (the whole suite's), so its intervals are not sized for its share.
+    family: int = 0
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A suite's share for one GPU or runner (``guard.base.shard``): ``suite`` holds its
+    cases; ``positions``: every case's index in the whole suite; ``family``: the whole
+    suite's gated cases; ``case_ids``: this shard's."""
+
+    spec: ShardSpec
+    suite: Suite
+    positions: dict[str, int]
+    family: int
+
+    @property
+    def case_ids(self) -> tuple[str, ...]:
+        return tuple(c.id for c in self.suite.cases)
+
+
+def shard_costs(suite: Suite, baseline: RunResult | None) -> dict[str, float]:
+    """Each case's expected seconds per arm (``guard.base.shard.case_costs``), from its
+    time in ``baseline`` (this GPU's stored baseline; None: split by count) under the
+    suite's GPU timing plan, the same on every machine."""
+    plan = suite.timing
+    per_call: dict[str, float | None] = {}
+    if baseline is not None:
+        for c in baseline.cases:
+            per_call[c.id] = stats.case_time(c.rounds) if c.status == OK else None
+    return shard_mod.case_costs(
+        [c.id for c in suite.cases],
+        per_call,
+        rounds=plan.rounds,
+        samples_per_round=plan.samples_per_round,
+        sample_target_s=plan.sample_target_ms * 1e-3,
+        fixed_s=plan.warmup_ms * 1e-3,
+    )
+
+
+def shard_suite(
+    suite: Suite, spec: ShardSpec, baseline: RunResult | None, option: str = "--shard"
+) -> Shard:
+    """Shard ``spec`` of ``suite``, balanced by time in ``baseline``; BadInput naming
+    ``option`` when the suite has fewer cases than shards (a shard would be empty)."""
+    ids = [c.id for c in suite.cases]
+    if spec.count > len(ids):
+        raise BadInput(
+            f"{option} {spec}: the suite has {len(ids)} case(s), fewer than {spec.count} "
+            "shards; use at most one shard per case"
+        )
+    mine = set(shard_mod.shard_of(ids, shard_costs(suite, baseline), spec))
+    cases = tuple(c for c in suite.cases if c.id in mine)
+    return Shard(
+        spec,
+        replace(suite, cases=cases, full_hash=suite.hash),
+        {cid: i for i, cid in enumerate(ids)},
+        sum(1 for c in suite.cases if c.gate),
+    )
 
 
 @dataclass(frozen=True)
@@ -369,6 +431,7 @@ def _sequential(
             plan=plan,
             paired=paired,
             use_fingerprints=not time_identical,
+            family=opts.family,
         )
 
     skip = set(decide().identical_ids)
@@ -517,7 +580,13 @@ def compare_arms(
         )
     else:  # nothing gated can be decided: the check round's findings, untimed
         comparison = _untimed_controls(
-            compare_runs(*pair(), alpha=suite.timing.alpha, plan=suite.timing, paired=True)
+            compare_runs(
+                *pair(),
+                alpha=suite.timing.alpha,
+                plan=suite.timing,
+                paired=True,
+                family=opts.family,
+            )
         )
     roots = [a.kernels_root or local_kernels_root() for a in arms]
     return with_resource_changes(comparison, suite, roots[0], roots[1], progress)
@@ -637,6 +706,86 @@ def compare_files(
     return compare_runs(
         results.load(baseline_path_), results.load(candidate_path), alpha=alpha, plan=plan
     )
+
+
+def compare_pytest_runs(
+    baseline: Sequence[str | Path],
+    candidate: Sequence[str | Path],
+    *,
+    alpha: float | None = None,
+    plan: TimingPlan | None = None,
+    threshold: str | None = None,
+) -> Comparison:
+    """Saved pytest-benchmark runs, several a side (files or folders; each file one
+    round: ``guard.store.pytest_runs``), compared as a stored baseline is."""
+    from guard.measure.pytest_rounds import parse_args
+    from guard.store import pytest_runs
+
+    _, chosen = parse_args((), threshold)
+    base, cand = pytest_runs.load_sides(baseline, candidate, chosen)
+    return compare_runs(base, cand, alpha=alpha, plan=plan)
+
+
+@_unwinds_on_sigterm
+def compare_against_pytest(
+    ref: str,
+    pytest_args: Sequence[str],
+    *,
+    opts: MeasureOptions = MeasureOptions(),
+    progress: ProgressFn = _noop,
+    plan: TimingPlan | None = None,
+    threshold: str | None = None,
+    repo: str | Path = ".",
+) -> Comparison:
+    """A project's own pytest-benchmark suite (``pytest pytest_args``), run from ``ref``'s
+    tree and from this one in fresh processes, interleaved round by round, and decided
+    paired (``guard.measure.pytest_rounds``); more rounds while a case is inconclusive.
+    pytest starts in both trees from the folder the guard was started in."""
+    from guard.measure import pytest_rounds
+
+    args, chosen = pytest_rounds.parse_args(pytest_args, threshold)
+    plan = plan or TimingPlan()
+    device, reason = guard_env.pick_device(opts.device)
+    if opts.device == "cuda" and device != "cuda":
+        raise InfraError(f"--device cuda: no GPU here ({reason})")
+    here = Path(repo).resolve()
+    top = pytest_rounds._toplevel(here)
+    if top is None:
+        raise BadInput(f"--against {ref}: {here} is not in a git checkout")
+    with worktree(ref, top) as tree:
+        base_root = tree / here.relative_to(top.resolve())
+        if not base_root.is_dir():
+            raise BadInput(f"--against {ref}: {ref} has no folder {here.relative_to(top)}")
+        session = pytest_rounds.PytestSession(
+            (
+                pytest_rounds.PytestArm("baseline", base_root, ref),
+                pytest_rounds.PytestArm("candidate", here, "working tree"),
+            ),
+            args,
+            device=opts.device,
+            threshold=chosen,
+            progress=progress,
+        )
+        rounds = opts.rounds or plan.rounds
+        max_rounds = max(rounds, opts.max_rounds or plan.max_rounds)
+
+        def decide() -> Comparison:
+            res = session.results()
+            return compare_runs(
+                res["baseline"], res["candidate"], alpha=plan.alpha, plan=plan, paired=True
+            )
+
+        session.time(rounds, planned=rounds)
+        comparison = decide()
+        while (
+            not session.failed
+            and comparison.inconclusive_ids()
+            and session.rounds_done < max_rounds
+        ):
+            step = min(SEQUENTIAL_STEP, max_rounds - session.rounds_done)
+            session.time(step, planned=session.rounds_done + step)
+            comparison = decide()
+        return comparison
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def test_a_crashed_control_is_shown_as_in_the_job_summary():
     ("edit", "field"),
     [
         ({"schema_version": 1}, "schema_version"),
-        ({"schema_version": 3}, "schema_version"),
+        ({"schema_version": 4}, "schema_version"),
         ({"verdict": "maybe"}, "verdict"),
         ({"pr_number": -1}, "pr_number"),
         ({"cases": [{"id": "x", "gate": True, "verdict": "bogus"}]}, "cases[0].verdict"),

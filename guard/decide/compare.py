@@ -375,9 +375,7 @@ def compare_case(
                 else "cannot decide: an interval needs at least 2 rounds in each arm"
             ),
         )
-    verdict, interval = stats.decide(
-        base.rounds, cand.rounds, rule, confidence=confidence, rng=rng
-    )
+    verdict, interval = stats.decide(base.rounds, cand.rounds, rule, confidence=confidence, rng=rng)
     host_ratio = None
     hb, hc = stats.case_time(base.host_rounds), stats.case_time(cand.host_rounds)
     if hb and hc:
@@ -409,11 +407,15 @@ def compare_runs(
     plan: TimingPlan | None = None,
     paired: bool = False,
     use_fingerprints: bool = True,
+    family: int = 0,
 ) -> Comparison:
     """Decide every candidate case against the baseline (``paired``: both measured
     here, interleaved; otherwise a stored baseline, with ``plan.drift`` allowed).
     ``plan``: the suite's timing plan (its margin, drift and, without ``alpha``, its
-    alpha); every caller with a suite passes it."""
+    alpha); every caller with a suite passes it. ``family``: at least this many
+    decisions share ``alpha`` (a shard of a sharded check sizes its intervals for the
+    whole suite's gated cases, not its own share; ``guard.decide.merge`` decides the
+    union at its exact size)."""
     check_comparable(baseline, candidate)
     plan = plan or TimingPlan()
     alpha = plan.alpha if alpha is None else alpha
@@ -427,7 +429,7 @@ def compare_runs(
         and b.status == OK
         and not (use_fingerprints and identical(b, c))
     ]
-    confidence = stats.family_confidence(alpha, len(gated))
+    confidence = stats.family_confidence(alpha, max(len(gated), family))
     cases = tuple(
         compare_case(
             baseline.case(c.id),
@@ -473,9 +475,7 @@ def replace_cases(comparison: Comparison, confirmed: Comparison) -> Comparison:
     """Take ``confirmed``'s verdict for every case it holds (a paired rerun on this
     machine outranks a stored baseline recorded elsewhere)."""
     by_id = {
-        c.case_id: c
-        for c in confirmed.cases
-        if c.status in (Status.COMPARED, Status.IDENTICAL)
+        c.case_id: c for c in confirmed.cases if c.status in (Status.COMPARED, Status.IDENTICAL)
     }
     cases = tuple(
         by_id.get(c.case_id, c) if c.status is Status.COMPARED else c for c in comparison.cases

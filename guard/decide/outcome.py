@@ -17,6 +17,11 @@ Format changes (``OUTCOME_SCHEMA_VERSION``):
      Later additions that a reader of version 2 may lack or ignore, so still version 2:
      each case's ``bound``, ``limit`` and ``bound_level`` (the number its verdict rests
      on: absent, the verdict is shown without it).
+  3 (2026-11): ``shard``: a shard's place in a sharded check (``--shard I/N``: its
+     index, the shard count, the base, head and suite it measured, its cases) and the
+     evidence ``guard merge`` decides again from at the family level (each arm's
+     results with one number per round, the round medians the statistics use). Null
+     for a whole check. Version 2 files are read as version 3 without a shard.
 
 What a check writes, this module reads back: ``to_json`` cuts every string to
 ``MAX_TEXT`` characters (saying so) and every list to its limit, so that a kernel's
@@ -34,8 +39,9 @@ from typing import Any
 from guard.base.errors import ExitCode  # standard library only, like this module
 from guard.base.text import fmt_ratio  # likewise
 
-OUTCOME_SCHEMA_VERSION = 2
-MAX_CASES = 200  # rows an outcome file may hold (a suite is tens of cases)
+OUTCOME_SCHEMA_VERSION = 3
+READS_VERSIONS = (2, 3)  # 2: no shard record (format changes above)
+MAX_CASES = 1000  # rows an outcome file may hold (suites/full.yaml: about 200 cases)
 MAX_TEXT = 2000  # characters of any one string read from an outcome file
 MAX_PROFILES = 8  # Nsight Compute profiles an outcome file may hold
 MAX_PROFILE_ROWS = 64  # rows of one profile
@@ -225,7 +231,7 @@ class CaseOutcome:
 
     @property
     def ratio_text(self) -> str:
-        """"1.054x [1.044, 1.064]", "1.054x" without an interval, "—" untimed."""
+        """ "1.054x [1.044, 1.064]", "1.054x" without an interval, "—" untimed."""
         ratio = fmt_ratio(self.ratio)
         if self.ratio is None or self.low is None or self.high is None:
             return ratio
@@ -302,6 +308,63 @@ class CaseProfile:
 
 
 @dataclass(frozen=True)
+class ShardInfo:
+    """Where a shard's outcome belongs (``guard.base.shard``): shard ``index`` (from 1)
+    of ``count``, the commits and the suite it measured, and its cases. ``evidence``:
+    what ``guard.decide.merge`` needs to decide the union again (validated there, as
+    results files are); None when the shard measured nothing (it failed)."""
+
+    index: int
+    count: int
+    base: str
+    head: str
+    suite_name: str
+    suite_hash: str
+    case_ids: tuple[str, ...] = ()
+    evidence: Mapping[str, Any] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "count": self.count,
+            "base": cut(self.base),
+            "head": cut(self.head),
+            "suite_name": cut(self.suite_name),
+            "suite_hash": cut(self.suite_hash),
+            "case_ids": [cut(c) for c in self.case_ids[:MAX_CASES]],
+            "evidence": None if self.evidence is None else dict(self.evidence),
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> ShardInfo:
+        rec = _mapping(data, where)
+        index, count = rec.get("index"), rec.get("count")
+        for key, value in (("index", index), ("count", count)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise OutcomeFileError(f"{where}.{key}: not a positive integer")
+        assert isinstance(index, int) and isinstance(count, int)
+        if index > count:
+            raise OutcomeFileError(f"{where}.index: {index} is beyond the count {count}")
+        evidence = rec.get("evidence")
+        if evidence is not None and not isinstance(evidence, Mapping):
+            raise OutcomeFileError(f"{where}.evidence: not an object")
+        return cls(
+            index=index,
+            count=count,
+            base=_text(rec, "base", where),
+            head=_text(rec, "head", where),
+            suite_name=_text(rec, "suite_name", where),
+            suite_hash=_text(rec, "suite_hash", where),
+            case_ids=tuple(_texts(rec, "case_ids", where)),
+            evidence=evidence,
+        )
+
+
+@dataclass(frozen=True)
 class Outcome:
     """The whole check: verdict (and so exit code), headline, every case, and context."""
 
@@ -318,6 +381,7 @@ class Outcome:
     pr_number: int | None = None
     run_url: str = ""
     profiles: tuple[CaseProfile, ...] = ()  # ncu, base beside head, per regressed case
+    shard: ShardInfo | None = None  # a shard of a sharded check (``guard merge`` joins them)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -356,6 +420,7 @@ class Outcome:
             "pr_number": self.pr_number,
             "run_url": cut(self.run_url),
             "profiles": [p.to_json() for p in self.profiles[:MAX_PROFILES]],
+            "shard": None if self.shard is None else self.shard.to_json(),
         }
 
     @classmethod
@@ -364,11 +429,12 @@ class Outcome:
         version = rec.get("schema_version")
         if not isinstance(version, int) or isinstance(version, bool):
             raise OutcomeFileError(f"{where}.schema_version: missing or not an integer")
-        if version != OUTCOME_SCHEMA_VERSION:
+        if version not in READS_VERSIONS:
             raise OutcomeFileError(
-                f"{where}.schema_version: {version} is not {OUTCOME_SCHEMA_VERSION}, "
-                "the version this guard reads"
+                f"{where}.schema_version: {version} is not one of "
+                f"{', '.join(map(str, READS_VERSIONS))}, the versions this guard reads"
             )
+        shard = rec.get("shard") if version >= 3 else None
         try:
             verdict = CheckVerdict(_text(rec, "verdict", where))
         except ValueError:
@@ -398,6 +464,7 @@ class Outcome:
                 CaseProfile.from_json(p, f"{where}.profiles[{i}]")
                 for i, p in enumerate(_list(rec, "profiles", where, MAX_PROFILES))
             ),
+            shard=None if shard is None else ShardInfo.from_json(shard, f"{where}.shard"),
         )
 
 

@@ -566,3 +566,100 @@ def _exit_reason(code: int, finished: bool = False) -> str:
     if code == 0 and not finished:
         return "worker exited with code 0 before finishing (os._exit or sys.exit in a kernel?)"
     return f"worker exited with code {code}"
+
+
+# --------------------------------------------------------------------------- GPUs
+
+GPU_STOP_WAIT_S = 30.0  # after SIGTERM, for a GPU's process to remove its worktree
+
+
+@dataclass(frozen=True)
+class GpuJob:
+    """One GPU's process of a check spread over the GPUs of a host: ``argv`` runs one
+    shard there (``CUDA_VISIBLE_DEVICES=gpu``; None: no GPU to pin, a CPU run)."""
+
+    label: str  # how messages name it, e.g. "GPU 1"
+    gpu: str | None
+    argv: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GpuJobEnd:
+    job: GpuJob
+    returncode: int | None  # None: stopped at the timeout (it hung)
+    output_tail: str
+    seconds: float
+
+
+def run_on_gpus(
+    jobs: Sequence[GpuJob],
+    timeout_s: float,
+    log: Callable[[str], None] = lambda _line: None,
+    cwd: str | None = None,
+) -> list[GpuJobEnd]:
+    """Run ``jobs`` at once, one process each (its own process group; the rest of the
+    environment is this process's), passing each output line to ``log`` prefixed with
+    the job's label; stop (SIGTERM, then SIGKILL) a job still running at ``timeout_s``.
+    Returns how each ended, in the order of ``jobs``; nothing outlives the call.
+    InfraError naming the job when one cannot start."""
+    started: list[tuple[GpuJob, subprocess.Popen[bytes], float]] = []
+    pumps: list[threading.Thread] = []
+    lock = threading.Lock()
+
+    def pump(label: str, stream: Any, tail: list[str]) -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            with lock:
+                tail.append(line)
+                del tail[:-LOG_TAIL_LINES]
+            log(f"[{label}] {line}")
+        stream.close()
+
+    texts: list[list[str]] = []
+    ends: list[GpuJobEnd] = []
+    try:
+        for job in jobs:
+            env = child_env()
+            if job.gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = job.gpu
+            try:
+                proc = start_group(
+                    list(job.argv),
+                    cwd=cwd or os.getcwd(),
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+            except OSError as exc:
+                raise InfraError(f"{job.label}: cannot start its process ({exc})") from None
+            started.append((job, proc, time.monotonic()))
+            texts.append([])
+            thread = threading.Thread(
+                target=pump, args=(job.label, proc.stdout, texts[-1]), daemon=True
+            )
+            thread.start()
+            pumps.append(thread)
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        for (job, proc, t0), text, thread in zip(started, texts, pumps, strict=True):
+            try:
+                code: int | None = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                code = None
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGTERM)  # unwinds: workers, worktree
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=GPU_STOP_WAIT_S)
+            kill_group(proc.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=GPU_STOP_WAIT_S)
+            thread.join(timeout=5)  # the last lines it wrote
+            with lock:
+                tail = "\n".join(text[-LOG_TAIL_LINES:])
+            ends.append(GpuJobEnd(job, code, tail, time.monotonic() - t0))
+    finally:
+        for _, proc, _ in started:
+            stop_group(proc)
+        for thread in pumps:
+            thread.join(timeout=5)
+    return ends
