@@ -42,16 +42,17 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from guard import comment, core
+from guard import cli_merge, comment, core
 from guard.base import files, limits, text
 from guard.base.errors import BadInput, ExitCode, GuardError, cut
 from guard.decide import policy
 from guard.decide.compare import Comparison, compare_runs
-from guard.decide.outcome import CaseProfile, CheckVerdict, Outcome
+from guard.decide.merge import merged_outcome as merge_outcome
+from guard.decide.outcome import CaseProfile, CheckVerdict, Outcome, ShardInfo
 from guard.measure.proc import local_kernels_root
 from guard.measure.runner import Arm
 from guard.report import render, terminal
@@ -330,9 +331,7 @@ def _profiles(comparison: Comparison, base_tree: Path, head_tree: Path) -> list[
     return out
 
 
-def measure(
-    args: argparse.Namespace, base: str
-) -> tuple[Comparison, list[str], list[CaseProfile]]:
+def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str], list[CaseProfile]]:
     """The paired comparison, the PR's policy changes, and profiles of regressions.
 
     Judge mode (``--candidate-tree``): this checkout is the base; otherwise the base is
@@ -356,6 +355,12 @@ def measure(
         changes = policy_changes(suite, theirs, pr_tree)
         if args.kernels:
             suite = suite.select(args.kernels)
+        if args.shard:  # this runner's share, balanced by time in this GPU's baseline
+            spec = cli_merge.shard_option(args.shard)
+            weights = cli_merge.weights_baseline(args.baselines, args.device)
+            shard = core.shard_suite(suite, spec, weights)
+            args.measured_shard = shard  # run() records it in the outcome
+            suite, opts = shard.suite, replace(opts, family=shard.family)
         progress = terminal.ProgressPrinter(prefix="[perf-guard]")
         try:
             comparison = core.compare_arms(suite, base_arm, cand_arm, opts=opts, progress=progress)
@@ -403,6 +408,8 @@ def run(
             if args.candidate_tree
             else []
         )
+        if args.gpus:  # one process per GPU, each a shard; merged here
+            return _run_on_gpus(args, context)
         comparison, changes, profiles = measure(args, base)
     except GuardError as exc:
         verdict = (
@@ -411,14 +418,15 @@ def run(
             else CheckVerdict.BAD_INPUT
         )
         headline = verdict.headline(text.one_line(exc))
-        return Outcome(verdict, headline, **context), ""  # type: ignore[arg-type]
+        failed = Outcome(verdict, headline, **context)  # type: ignore[arg-type]
+        return replace(failed, shard=_failed_shard(args, context)), ""
     except Exception as exc:  # a bug in the guard: infrastructure, never the PR's verdict
         print_untrusted("".join(traceback.format_exception(exc)).rstrip())
         message = CheckVerdict.INFRASTRUCTURE.headline(
             f"the guard crashed: {type(exc).__name__}: {text.one_line(exc)}"
         )
         outcome = Outcome(CheckVerdict.INFRASTRUCTURE, message, **context)  # type: ignore[arg-type]
-        return outcome, ""
+        return replace(outcome, shard=_failed_shard(args, context)), ""
     # A local run has no GPU_LABEL: the heading names the GPU the candidate ran on.
     context["gpu"] = context["gpu"] or comparison.candidate.environment.gpu_name
     notes = _stored_context(comparison, args.baselines, args.device)
@@ -429,11 +437,72 @@ def run(
         **context,
     )
     outcome = replace(outcome, notes=(*outcome.notes, *notes))
+    shard: core.Shard | None = getattr(args, "measured_shard", None)
+    if shard is not None:  # what guard merge needs to decide the union again
+        info = cli_merge.shard_info(
+            shard,
+            comparison,
+            base=str(context["judge_commit"]),
+            head=str(context["tested_commit"]) or "candidate",
+            use_fingerprints=not args.time_identical,
+        )
+        outcome = replace(outcome, shard=info)
     every_case = ""
     try:
         every_case = render.comparison_markdown(comparison)
         results.write_atomic(out_dir / "compare.md", every_case)
         write_reports(out_dir, comparison, args.html, profiles)
+    except Exception as exc:  # the verdict stands; say what failed
+        print_untrusted("".join(traceback.format_exception(exc)).rstrip())
+        text.annotate("warning", "perf-guard report", f"writing a report failed: {exc}")
+    return outcome, every_case
+
+
+def _failed_shard(args: argparse.Namespace, context: Mapping[str, object]) -> ShardInfo | None:
+    """The shard record of a shard that failed before it measured (no evidence:
+    ``guard merge`` reports it as a failed shard, never as a pass)."""
+    if not args.shard:
+        return None
+    try:
+        spec = cli_merge.shard_option(args.shard)
+    except GuardError:
+        return None
+    base, head = str(context.get("judge_commit") or ""), str(context.get("tested_commit") or "")
+    return ShardInfo(spec.index, spec.count, base, head or "candidate", "", "")
+
+
+# Variables a GPU's process must not see: the parent alone writes what GitHub reads.
+_GPU_UNSET = ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS")
+
+
+def _run_on_gpus(args: argparse.Namespace, context: Mapping[str, object]) -> tuple[Outcome, str]:
+    """``--gpus``: shard i/N of the check on each GPU (its own process, its own
+    ``--out-dir``), merged here at the family level (``guard merge``)."""
+    gpus = cli_merge.gpu_list(args.gpus, args.device)
+    passed = cli_merge.without_options(
+        args.argv, ("--gpus", "--gpu-timeout", "--shard", "--out-dir"), ("--html",)
+    )
+
+    def argv_for(i: int, n: int, folder: Path) -> list[str]:
+        return [
+            sys.executable, "-m", "guard.ci", *passed, "--shard", f"{i}/{n}",
+            "--out-dir", str(folder),
+        ]  # fmt: skip
+
+    merged = cli_merge.spread(
+        gpus,
+        argv_for,
+        lambda folder: folder / OUTCOME_FILE,
+        timeout_s=args.gpu_timeout,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+        unset=_GPU_UNSET,
+    )
+    outcome = merge_outcome(merged)
+    outcome = replace(outcome, run_url=str(context.get("run_url") or outcome.run_url))
+    every_case = render.comparison_markdown(merged.comparison)
+    try:
+        results.write_atomic(args.out_dir / "compare.md", every_case)
+        write_reports(args.out_dir, merged.comparison, args.html, merged.profiles)
     except Exception as exc:  # the verdict stands; say what failed
         print_untrusted("".join(traceback.format_exception(exc)).rstrip())
         text.annotate("warning", "perf-guard report", f"writing a report failed: {exc}")
@@ -501,11 +570,33 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="time cases whose kernel is identical in base and head too",
     )
+    p.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="measure only shard I of N (counted from 1; balanced by time in this GPU's "
+        "baseline); meta.json then carries what `guard merge` needs",
+    )
+    p.add_argument(
+        "--gpus",
+        metavar="N|all|0,2,...",
+        help="spread the cases over these GPUs of this host, one process each, and "
+        "decide them together",
+    )
+    p.add_argument(
+        "--gpu-timeout",
+        type=float,
+        default=cli_merge.DEFAULT_GPU_TIMEOUT_S,
+        help=argparse.SUPPRESS,  # seconds one GPU's process may take (tests)
+    )
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # --gpus passes them on
+    if args.shard and args.gpus:
+        print("[perf-guard] error: --gpus and --shard: give one", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
     try:
         pr_number = check_setup(args)
     except GuardError as exc:  # before measuring: nothing to publish, one line

@@ -133,6 +133,7 @@ def spread(
     *,
     timeout_s: float = DEFAULT_GPU_TIMEOUT_S,
     log: Callable[[str], None] = lambda _line: None,
+    unset: tuple[str, ...] = (),
 ) -> merge_mod.Merged:
     """Run shard i/N on each of ``gpus`` (``argv_for(i, n, folder)``: the command of
     shard i, writing into ``folder``; ``outcome_of(folder)``: its outcome file), then
@@ -145,6 +146,7 @@ def spread(
                 f"GPU {gpu}" if gpu is not None else f"worker {i}",
                 gpu,
                 tuple(argv_for(i, n, folder)),
+                unset,
             )
             for i, (gpu, folder) in enumerate(zip(gpus, folders, strict=True), start=1)
         ]

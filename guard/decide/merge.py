@@ -24,7 +24,7 @@ from typing import Any
 
 from guard.base.errors import BadInput, InfraError, shown
 from guard.decide.compare import Comparison, compare_runs
-from guard.decide.outcome import MAX_PROFILES, CaseProfile, Outcome, ShardInfo
+from guard.decide.outcome import MAX_PROFILES, CaseProfile, CheckVerdict, Outcome, ShardInfo
 from guard.store import results
 from guard.store.results import CaseResult, RoundInfo, RunResult
 from guard.store.suite import TimingPlan
@@ -157,6 +157,12 @@ def check_together(outcomes: Sequence[tuple[Outcome, str]]) -> list[ShardInfo]:
         if outcome.shard is None:
             raise BadInput(f"{where}: shard: not a shard's outcome (no shard record)")
         infos.append(outcome.shard)
+    for info, (outcome, where) in zip(infos, outcomes, strict=True):
+        if info.evidence is None:  # it failed before it measured
+            why = f"{where}: shard {info.label} measured nothing: {outcome.headline}"
+            if outcome.verdict is CheckVerdict.BAD_INPUT:
+                raise BadInput(why)
+            raise InfraError(why)
     first, first_where = infos[0], outcomes[0][1]
     for info, (_, where) in zip(infos[1:], outcomes[1:], strict=True):
         for key in ("count", "base", "head", "suite_name", "suite_hash"):
@@ -215,8 +221,18 @@ def merge(outcomes: Sequence[tuple[Outcome, str]]) -> Merged:
     base_cases.sort(key=lambda c: order.get(c.id, (1 << 30, c.id)))
     rounds: list[RoundInfo] = [r for s in shards for r in s.candidate.rounds]
     base_rounds: list[RoundInfo] = [r for s in shards for r in s.baseline.rounds]
-    baseline = replace(first.baseline, cases=tuple(base_cases), rounds=tuple(base_rounds))
-    candidate = replace(first.candidate, cases=tuple(cand_cases), rounds=tuple(rounds))
+    baseline = replace(
+        first.baseline,
+        cases=tuple(base_cases),
+        rounds=tuple(base_rounds),
+        label=f"{first.info.base[:12]} ({len(shards)} shards)",
+    )
+    candidate = replace(
+        first.candidate,
+        cases=tuple(cand_cases),
+        rounds=tuple(rounds),
+        label=f"{first.info.head[:12]} ({len(shards)} shards)",
+    )
     comparison = compare_runs(
         baseline,
         candidate,

@@ -581,6 +581,7 @@ class GpuJob:
     label: str  # how messages name it, e.g. "GPU 1"
     gpu: str | None
     argv: tuple[str, ...]
+    unset: tuple[str, ...] = ()  # environment variables it must not see
 
 
 @dataclass(frozen=True)
@@ -620,6 +621,8 @@ def run_on_gpus(
     try:
         for job in jobs:
             env = child_env()
+            for name in job.unset:
+                env.pop(name, None)
             if job.gpu is not None:
                 env["CUDA_VISIBLE_DEVICES"] = job.gpu
             try:
