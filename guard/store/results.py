@@ -666,20 +666,62 @@ def from_json(data: Any, source: str) -> RunResult:
 
 PYTEST_BENCHMARK_NOTE = (
     "pytest-benchmark file: one process, so one round per benchmark; its samples are "
-    "correlated and the noise between runs is unknown"
+    "correlated and the noise between runs is unknown (several saved runs a side: "
+    "--baseline-runs and --candidate-runs; a paired run: --against REF --pytest ARGS)"
 )
+PYTEST_KERNEL = "pytest"  # the kernel name of every pytest-benchmark case
+PYTEST_METHOD = "pytest-benchmark"  # CaseResult.method of a pytest-benchmark case
+PYTEST_THRESHOLD = "median:5%"  # pytest-benchmark has no threshold of its own
 
 
-def _from_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> RunResult:
-    """A plain pytest-benchmark file: each benchmark becomes a case of the kernel "pytest".
+@dataclass(frozen=True)
+class PytestBenchmark:
+    """One benchmark of a pytest-benchmark file: what one process measured of it."""
 
-    The file holds what one pytest process measured: one round per benchmark. Its
-    samples share that process's state, so they say nothing about the noise between
-    runs, and a comparison of two such files has no interval (``TOO_FEW_ROUNDS``).
-    """
+    name: str  # the case's name: ``fullname`` (``name`` in old files), no path separators
+    fullname: str
+    params: str  # ``params`` as canonical JSON ("null" when there are none)
+    samples: tuple[float, ...]  # ``stats.data``: seconds per call
+
+
+@dataclass(frozen=True)
+class PytestBenchmarkFile:
+    """A plain pytest-benchmark JSON document (saved with ``--benchmark-save-data``)."""
+
+    source: str
+    version: str
+    machine: dict[str, Any]  # ``machine_info`` as written
+    commit: str
+    created: str
+    benchmarks: tuple[PytestBenchmark, ...]
+
+
+def pytest_name(fullname: str) -> str:
+    """The case name of a benchmark (its ``fullname``, a pytest node id, with no path
+    separators: case ids are ``kernel/name``)."""
+    return fullname.replace("/", "|").replace("\\", "|")
+
+
+def pytest_case(name: str, threshold: str = PYTEST_THRESHOLD) -> Case:
+    """The case a pytest-benchmark benchmark is compared as (gated, kernel "pytest")."""
     from guard.base.stats import Threshold
     from guard.store.suite import Shape
 
+    return Case(
+        name, PYTEST_KERNEL, Shape(1, 1, 1, 1), "float32", False, Threshold.parse(threshold), True
+    )
+
+
+def read_pytest_benchmark(data: Any, source: str) -> PytestBenchmarkFile:
+    """Validate a plain pytest-benchmark document (``BadInput`` names the file and field)."""
+    reader = _Reader(source)
+    if not isinstance(data, dict):
+        raise BadInput(f"{source}: not a results file (the top level must be a JSON object)")
+    _check_numbers(reader, data)
+    return _read_pytest_benchmark(reader, data)
+
+
+def _read_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> PytestBenchmarkFile:
     version = reader.get(data, "version", "", str)
     major = re.match(r"(\d{1,6})\.", version)
     if major is None or int(major.group(1)) not in PYTEST_BENCHMARK_MAJORS:
@@ -691,56 +733,87 @@ def _from_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> RunResult:
     benches = reader.get(data, "benchmarks", "", list)
     reader.at_most(len(benches), limits.MAX_CASES, "benchmarks", "benchmarks")
     machine = reader.get(data, "machine_info", "", dict, {})
-    commit = reader.get(data, "commit_info", "", dict, {})
-    cases = []
+    commit = reader.get(data, "commit_info", "", (dict, type(None)), None) or {}
+    out = []
     seen: set[str] = set()
     for i, bench in enumerate(benches):
         where = f"benchmarks[{i}]"
-        name = reader.get(bench, "fullname", where, str, None) or reader.get(
+        fullname = reader.get(bench, "fullname", where, str, None) or reader.get(
             bench, "name", where, str
         )
+        params = reader.get(bench, "params", where, (dict, type(None)), None)
         st = reader.get(bench, "stats", where, dict)
         if "data" not in st:
             raise reader.fail(
                 f"{where}.stats.data",
-                f"benchmark {shown(name)} has no raw samples; save it with --benchmark-save-data",
+                f"benchmark {shown(fullname)} has no raw samples; save it with "
+                "--benchmark-save-data",
             )
         samples = reader.times(st["data"], f"{where}.stats.data")
         if len(samples) < 2:
             raise reader.fail(
-                f"{where}.stats.data", f"benchmark {shown(name)} has fewer than 2 samples"
+                f"{where}.stats.data", f"benchmark {shown(fullname)} has fewer than 2 samples"
             )
-        if name in seen:
-            raise reader.fail(where, f"duplicate benchmark {shown(name)}")
-        seen.add(name)
-        safe = name.replace("/", "|").replace("\\", "|")
-        case = Case(
-            safe, "pytest", Shape(1, 1, 1, 1), "float32", False, Threshold.parse("median:5%"), True
+        if fullname in seen:
+            raise reader.fail(where, f"duplicate benchmark {shown(fullname)}")
+        seen.add(fullname)
+        out.append(
+            PytestBenchmark(
+                name=pytest_name(fullname),
+                fullname=fullname,
+                params=json.dumps(params, sort_keys=True, default=str),
+                samples=samples,
+            )
         )
-        cases.append(CaseResult(case=case, status=OK, rounds=(samples,), method="pytest-benchmark"))
-    host = str(machine.get("node", "")) if isinstance(machine, dict) else ""
-    env = Environment(
+    return PytestBenchmarkFile(
+        source=reader.source,
+        version=version,
+        machine=machine,
+        commit=str(commit.get("id", "") or "") if isinstance(commit, dict) else "",
+        created=str(data.get("datetime", "")),
+        benchmarks=tuple(out),
+    )
+
+
+def pytest_environment(machine: dict[str, Any], commit: str = "") -> Environment:
+    """The machine a pytest-benchmark file names (``machine_info``)."""
+    return Environment(
         device="unknown",
         gpu_name=str(machine.get("gpu", "")) or "unknown",
         gpu_slug="pytest-benchmark",
         python=str(machine.get("python_version", "")),
-        host=host,
-        commit=str(commit.get("id", "")) if isinstance(commit, dict) else "",
+        host=str(machine.get("node", "")),
+        commit=commit,
+    )
+
+
+def _from_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> RunResult:
+    """A plain pytest-benchmark file: each benchmark becomes a case of the kernel "pytest".
+
+    The file holds what one pytest process measured: one round per benchmark. Its
+    samples share that process's state, so they say nothing about the noise between
+    runs, and a comparison of two such files has no interval (``TOO_FEW_ROUNDS``);
+    several files a side do (``guard.store.pytest_runs``).
+    """
+    doc = _read_pytest_benchmark(reader, data)
+    cases = tuple(
+        CaseResult(case=pytest_case(b.name), status=OK, rounds=(b.samples,), method=PYTEST_METHOD)
+        for b in doc.benchmarks
     )
     return RunResult(
         schema_version=SCHEMA_VERSION,
-        created=str(data.get("datetime", "")),
+        created=doc.created,
         suite_name="pytest-benchmark",
         suite_hash="",
-        environment=env,
-        cases=tuple(cases),
+        environment=pytest_environment(doc.machine, doc.commit),
+        cases=cases,
         notes=(PYTEST_BENCHMARK_NOTE,),
         label=reader.source,
     )
 
 
-def load(path: str | Path, *, max_bytes: int = limits.MAX_FILE_BYTES) -> RunResult:
-    """Read a results or baseline file; BadInput names the file and field at fault."""
+def read_json_text(path: str | Path, max_bytes: int = limits.MAX_FILE_BYTES) -> Any:
+    """A JSON file, read with the guard's limits (``BadInput`` names the file)."""
     path = Path(path)
     try:
         text = files.read_text(path, max_bytes)  # a regular file only: no FIFO, no /dev/zero
@@ -750,10 +823,19 @@ def load(path: str | Path, *, max_bytes: int = limits.MAX_FILE_BYTES) -> RunResu
         raise BadInput(f"{path}: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: cannot read ({exc})") from None
-    return loads(text, str(path))
+    return _parse_json(text, str(path))
+
+
+def load(path: str | Path, *, max_bytes: int = limits.MAX_FILE_BYTES) -> RunResult:
+    """Read a results or baseline file; BadInput names the file and field at fault."""
+    return from_json(read_json_text(path, max_bytes), str(Path(path)))
 
 
 def loads(text: str, source: str) -> RunResult:
+    return from_json(_parse_json(text, source), source)
+
+
+def _parse_json(text: str, source: str) -> Any:
     if not text.strip():
         raise BadInput(f"{source}: file is empty")
     brackets = text.count("[") + text.count("{")
@@ -763,7 +845,7 @@ def loads(text: str, source: str) -> RunResult:
             f"{limits.MAX_CONTAINERS}"
         )
     try:
-        data = json.loads(text)  # NaN, Infinity: refused by _check_numbers, with the field
+        return json.loads(text)  # NaN, Infinity: refused by _check_numbers, with the field
     except json.JSONDecodeError as exc:
         raise BadInput(
             f"{source}: not valid JSON (line {exc.lineno}: {exc.msg}; truncated?)"
@@ -772,4 +854,3 @@ def loads(text: str, source: str) -> RunResult:
         raise BadInput(f"{source}: {exc}") from None
     except RecursionError:
         raise BadInput(f"{source}: JSON nested too deeply") from None
-    return from_json(data, source)
