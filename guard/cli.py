@@ -11,6 +11,7 @@ import io
 import os
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from guard.decide.outcome import CheckVerdict
 from guard.measure.runner import ProgressFn
 from guard.report import render, terminal
 from guard.store import results
-from guard.store.suite import Suite
+from guard.store.suite import Suite, TimingPlan
 
 DEFAULT_OUT = Path("results/guard-results.json")
 
@@ -194,7 +195,78 @@ def _render_comparison(args: argparse.Namespace, comparison: Comparison) -> int:
     return int(comparison.exit_code)
 
 
+# ---------------------------------------------- pytest-benchmark suites (docs/PYTEST.md)
+
+
+def _pytest_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("pytest-benchmark suites (docs/PYTEST.md)")
+    g.add_argument(
+        "--baseline-runs",
+        nargs="+",
+        metavar="PATH",
+        help="saved pytest-benchmark runs (files or folders, e.g. .benchmarks/...): one round each",
+    )
+    g.add_argument(
+        "--candidate-runs", nargs="+", metavar="PATH", help="the candidate's saved runs, as above"
+    )
+    g.add_argument(
+        "--threshold",
+        metavar="median:N%%",
+        help="smallest slowdown worth failing a pytest-benchmark case for (default median:5%%)",
+    )
+    g.add_argument(
+        "--pytest",
+        nargs=argparse.REMAINDER,
+        metavar="ARGS",
+        help="with --against REF: run this project's pytest-benchmark suite (pytest ARGS; "
+        "the rest of the line) in fresh processes for REF's tree and this one, interleaved",
+    )
+
+
+def _compare_pytest(args: argparse.Namespace) -> int:
+    """``--baseline-runs``/``--candidate-runs`` or ``--against REF --pytest ARGS``."""
+    runs = args.baseline_runs or args.candidate_runs
+    if args.files or args.baseline or args.baseline_ref:
+        raise GuardError("--baseline-runs, --candidate-runs and --pytest take no other baseline")
+    suite_path = Path(args.suite)
+    plan = core.open_suite(suite_path).timing if suite_path.is_file() else TimingPlan()
+    if runs:
+        if args.pytest is not None or args.against:
+            raise GuardError("give either saved runs or --against REF --pytest ARGS")
+        if not (args.baseline_runs and args.candidate_runs):
+            raise GuardError("--baseline-runs and --candidate-runs go together")
+        _check_outputs(args, results_file=False)
+        comparison = core.compare_pytest_runs(
+            args.baseline_runs,
+            args.candidate_runs,
+            alpha=args.alpha,
+            plan=plan,
+            threshold=args.threshold,
+        )
+        return _render_comparison(args, comparison)
+    if not args.against:
+        raise GuardError("--pytest ARGS needs --against REF (the tree to compare with)")
+    _check_outputs(args)
+    progress = terminal.ProgressPrinter(not args.quiet)
+    try:
+        comparison = core.compare_against_pytest(
+            args.against,
+            args.pytest,
+            opts=_opts(args),
+            progress=progress,
+            plan=plan if args.alpha is None else replace(plan, alpha=args.alpha),
+            threshold=args.threshold,
+        )
+    finally:
+        progress.close()
+    _save_results(args, comparison.candidate)
+    cli_report.append_history(args, comparison.candidate)
+    return _render_comparison(args, comparison)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.baseline_runs or args.candidate_runs or args.pytest is not None:
+        return _compare_pytest(args)
     if args.files:
         if len(args.files) != 2:
             raise GuardError("compare takes two files (BASELINE CANDIDATE) or none")
@@ -426,6 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--html", help="also write the HTML report here")
     cli_merge.add_sharding_options(p)
+    _pytest_options(p)
     p.set_defaults(func=cmd_compare)
 
     cli_merge.add_parser(sub)

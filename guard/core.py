@@ -749,7 +749,7 @@ def compare_against_pytest(
     if opts.device == "cuda" and device != "cuda":
         raise InfraError(f"--device cuda: no GPU here ({reason})")
     here = Path(repo).resolve()
-    top = pytest_rounds._toplevel(here)
+    top = pytest_rounds.toplevel(here)
     if top is None:
         raise BadInput(f"--against {ref}: {here} is not in a git checkout")
     with worktree(ref, top) as tree:
