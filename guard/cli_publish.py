@@ -21,7 +21,7 @@ from guard import core
 from guard.base import text
 from guard.base.errors import BadInput
 from guard.report import site, terminal
-from guard.store import history
+from guard.store import history, results
 
 MANIFEST = ".guard-site"  # the files of the last build, one per line
 
@@ -67,6 +67,10 @@ def _repo_url(args: argparse.Namespace) -> str:
 def cmd_publish(args: argparse.Namespace) -> int:
     out = Path(args.out)
     _previous(out)  # refuse a foreign folder before reading anything
+    for path in args.append or ():
+        run_id = history.append(results.load(path), args.db)
+        what = f"run {run_id}" if run_id is not None else "nothing (no timed case)"
+        print(f"[guard] history: {path}: {what} in {args.db}", file=sys.stderr)
     trends = history.every_trend(args.db, limit=None if args.all else args.limit, alpha=args.alpha)
     for t in trends:
         if t.skipped:
@@ -107,6 +111,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="URL",
         help="link commits to URL/commit/SHA (default: $GITHUB_SERVER_URL/$GITHUB_REPOSITORY "
         "when set; '' for no links)",
+    )
+    p.add_argument(
+        "--append",
+        action="append",
+        metavar="RESULTS",
+        help="first append this results or baseline file to --db (repeatable; a run "
+        "already stored is stored once)",
     )
     p.add_argument("--title", default="Performance history", help="the pages' title")
     window = p.add_mutually_exclusive_group()

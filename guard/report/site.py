@@ -89,6 +89,11 @@ class Series:
         return self.steps[-1] if self.steps else None
 
 
+@lru_cache(maxsize=256)
+def _t_quantile(q: float, df: int) -> float:
+    return float(sps.t.ppf(q, df))
+
+
 def run_interval(
     round_medians: Sequence[float], confidence: float = CONFIDENCE
 ) -> tuple[float, float] | None:
@@ -97,7 +102,7 @@ def run_interval(
     logs = np.log(np.asarray(round_medians, dtype=float)) if len(round_medians) else None
     if logs is None or logs.size < 2 or not np.all(np.isfinite(logs)):
         return None
-    half = float(sps.t.ppf(0.5 + confidence / 2, logs.size - 1)) * float(
+    half = _t_quantile(0.5 + confidence / 2, logs.size - 1) * float(
         np.std(logs, ddof=1) / math.sqrt(logs.size)
     )
     mean = float(np.mean(logs))
@@ -529,7 +534,7 @@ def _section(series: Series, repo_url: str) -> GpuSection:
             change=_pct(s.ratio),
             before=fmt_time(s.before),
             after=fmt_time(s.after),
-            p_value=f"{s.p_value:.1e}",
+            p_value=f"{s.p_value:.1e}" if s.p_value >= 1e-12 else "< 1e-12",
         )
         for s in reversed(series.steps)
     )

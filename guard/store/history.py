@@ -42,6 +42,7 @@ module only feeds it a case's timed medians and maps its indexes back.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -157,7 +158,7 @@ class HistoryPoint:
     min_effect: float
     kernel_hash: str
 
-    @property
+    @functools.cached_property  # step detection and every renderer read it: computed once
     def time(self) -> float | None:
         """The run's time for this case as every other number the guard shows it
         (``stats.case_time`` of the round medians); the pooled ``median`` for a row
