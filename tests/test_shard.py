@@ -98,7 +98,7 @@ def _runs(n: int, seed: int) -> tuple[RunResult, RunResult]:
         t = float(rng.uniform(1e-5, 1e-3))
         factor = 1.08 if i in slow else 1.0 + float(rng.normal(0, 0.004))
 
-        def rounds(scale: float) -> tuple[tuple[float, ...], ...]:
+        def rounds(scale: float, t: float = t) -> tuple[tuple[float, ...], ...]:
             return tuple(
                 tuple(float(x) for x in t * scale * rng.lognormal(0, 0.01, 25) * rng.lognormal(0, 0.006))
                 for _ in range(plan.rounds)
@@ -181,14 +181,14 @@ def test_shards_of_another_check_are_refused_naming_the_field(field: str) -> Non
     assert outcome.shard is not None
     value: object = 3 if field == "count" else "other"
     other = replace(outcome, shard=replace(outcome.shard, **{field: value}))
-    with pytest.raises(BadInput, match=f"shard.{field}"):
+    with pytest.raises(BadInput, match=rf"shard\.{field}"):
         merge.merge([shards[0], (other, where)])
 
 
 def test_a_shard_given_twice_is_refused() -> None:
     base, cand = _runs(6, random.randrange(1 << 30))
     shards = _shard_outcomes(base, cand, 2)
-    with pytest.raises(BadInput, match="shard.index"):
+    with pytest.raises(BadInput, match=r"shard\.index"):
         merge.merge([shards[0], shards[0], shards[1]])
 
 
