@@ -307,7 +307,7 @@ def history_plot(
         body.append(
             f'<path class="band" d="{band}" fill="#1e88e5" fill-opacity="0.16" stroke="none"/>'
         )
-    edges = [0, *(s.index for s in series.steps), n]
+    edges = [0, *(s.index for s in series.steps), n] if series.steps else []
     for a, b in itertools.pairwise(edges):
         times = sorted(v for r in runs[a:b] if (v := r.time) is not None)
         if times and b > a:
