@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -66,8 +67,15 @@ def failed_outcome(exc: GuardError, context: Outcome | None = None) -> Outcome:
         CheckVerdict.INFRASTRUCTURE if exc.exit_code == ExitCode.INFRA else CheckVerdict.BAD_INPUT
     )
     headline = verdict.headline(text.one_line(exc))
-    if context is None:
-        return Outcome(verdict, headline)
+    if context is None:  # no shard readable: what the workflow says of the run
+        pr = os.environ.get("PR_NUMBER", "")
+        return Outcome(
+            verdict,
+            headline,
+            gpu=os.environ.get("GPU_LABEL", ""),
+            head_sha=os.environ.get("HEAD_SHA", ""),
+            pr_number=int(pr) if pr.isascii() and pr.isdigit() and int(pr) > 0 else None,
+        )
     return replace(
         context, verdict=verdict, headline=headline, cases=(), notes=(), profiles=(), shard=None
     )
