@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Sharding on a host with several GPUs: the PR check with --gpus 1 and --gpus 2.
+# Run from the repository root (PYTHONPATH=.); everything goes under $OUT, summed up in
+# $OUT/shard-proof.json (for benchmarks/shard_plot.py) and the logs in $OUT/shard-logs.tgz.
+# Phases, in this order (each bounded by PHASE_LIMIT seconds; SKIP="b" skips phase b):
+#   a  default suite, unchanged tree, every case timed (--time-identical), with --gpus 1
+#      then --gpus 2: the verdict and every case's verdict must agree; wall times
+#   c  a planted regression (hd-64 causal Gluon without overlap, pr_check_proof.sh's
+#      overlap-off) with --gpus 2: must fail (exit 1) on the planted cases
+#   b  the full suite timed, --gpus 1 then --gpus 2: the wall-time ratio. A 160-case
+#      suite at 6 rounds a side does not fit one call, so this measures
+#      suites/full.yaml with FULL_ROUNDS rounds a side (default 2, no extension) and
+#      only FULL_KERNELS (default: the three gated kernels, 96 cases), --time-identical
+# Works on a CPU too (DEVICE=cpu: a tiny check of the script, no GPU numbers).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 3
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT/shard-logs"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTN_GUARD_CACHE=${ATTN_GUARD_CACHE:-/tmp/attn-guard-cache}
+DEVICE=${DEVICE:-cuda}
+SUITE=${SUITE:-suites/default.yaml}
+FULL_SUITE=${FULL_SUITE:-suites/full.yaml}
+FULL_ROUNDS=${FULL_ROUNDS:-2}
+FULL_KERNELS=${FULL_KERNELS:-triton_flash gluon_flash cuda_flash}
+PHASE_LIMIT=${PHASE_LIMIT:-300}
+SKIP=${SKIP:-}
+LOGS=$OUT/shard-logs
+RECORDS=$LOGS/records.jsonl
+: > "$RECORDS"
+if [ "$DEVICE" = cuda ]; then
+  export GPU_LABEL=${GPU_LABEL:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)}
+  nvidia-smi --query-gpu=index,name,clocks.max.sm --format=csv > "$LOGS/gpus.csv" 2>&1
+fi
+OVERLAP_OFF='s/(64, True): (1024 \* 1024, "simple-overlap"/(64, True): (1024 * 1024, "simple"/'
+
+pr_tree() {  # name, then optionally a sed expression for kernels/flash_plan.py
+  local dir=/tmp/shard-pr-$1
+  rm -rf "$dir" && mkdir -p "$dir" && cp -r kernels suites "$dir/"
+  if [ -n "${2:-}" ]; then
+    sed -i "$2" "$dir/kernels/flash_plan.py"
+    cmp -s "$dir/kernels/flash_plan.py" kernels/flash_plan.py && echo "plant did not apply: $2" >&2
+  fi
+  echo "$dir"
+}
+
+check() {  # phase name, gpus, tree, extra guard.ci args...
+  local name=$1 gpus=$2 tree=$3; shift 3
+  local t0 t1 rc
+  t0=$(date +%s.%N)
+  TESTED_SHA=$name timeout "$PHASE_LIMIT" python3 -m guard.ci --device "$DEVICE" --base judge \
+    --candidate-tree "$tree" --out-dir "$LOGS/$name" --gpus "$gpus" "$@" > "$LOGS/$name.log" 2>&1
+  rc=$?
+  t1=$(date +%s.%N)
+  python3 - "$name" "$gpus" "$rc" "$t0" "$t1" "$LOGS/$name/meta.json" >> "$RECORDS" <<'PY'
+import json, os, sys
+name, gpus, rc, t0, t1, meta = sys.argv[1:]
+rec = {"phase": name, "gpus": int(gpus), "exit": int(rc), "wall_s": float(t1) - float(t0)}
+if os.path.isfile(meta):
+    o = json.load(open(meta))
+    rec["headline"] = o["headline"]
+    rec["verdicts"] = {c["id"]: c["verdict"] for c in o["cases"]}
+    rec["ratios"] = {c["id"]: c["ratio"] for c in o["cases"] if c["gate"]}
+print(json.dumps(rec))
+PY
+  echo "=== $name (--gpus $gpus): exit $rc in $(python3 -c "print(round($t1 - $t0))") s"
+  grep -E "^\[perf-guard\] (FAIL|PASS|NO VERDICT|ERROR|BAD)" "$LOGS/$name.log" | tail -n 1
+}
+
+skip() { [[ " $SKIP " == *" $1 "* ]]; }
+
+if ! skip a; then
+  tree=$(pr_tree same)
+  check a-1gpu 1 "$tree" --suite "$SUITE" --time-identical
+  check a-2gpu 2 "$tree" --suite "$SUITE" --time-identical
+fi
+if ! skip c; then
+  check c-plant-2gpu 2 "$(pr_tree plant "$OVERLAP_OFF")" --suite "$SUITE"
+fi
+if ! skip b; then
+  sed -E "s/^  rounds: [0-9]+/  rounds: $FULL_ROUNDS/; s/^  max_rounds: [0-9]+/  max_rounds: $FULL_ROUNDS/" \
+    "$FULL_SUITE" > suites/full-proof.yaml
+  tree=$(pr_tree full)
+  # shellcheck disable=SC2086  # FULL_KERNELS is a list of names
+  check b-1gpu 1 "$tree" --suite suites/full-proof.yaml --time-identical --kernels $FULL_KERNELS
+  # shellcheck disable=SC2086
+  check b-2gpu 2 "$tree" --suite suites/full-proof.yaml --time-identical --kernels $FULL_KERNELS
+  rm -f suites/full-proof.yaml
+fi
+
+python3 - "$RECORDS" "$OUT/shard-proof.json" "$FULL_ROUNDS" "$FULL_KERNELS" <<'PY'
+import json, sys
+records = [json.loads(x) for x in open(sys.argv[1]) if x.strip()]
+by = {r["phase"]: r for r in records}
+summary = {"records": records, "full_rounds": int(sys.argv[3]), "full_kernels": sys.argv[4].split()}
+a1, a2 = by.get("a-1gpu"), by.get("a-2gpu")
+if a1 and a2 and "verdicts" in a1 and "verdicts" in a2:
+    differ = sorted(k for k in a1["verdicts"] if a1["verdicts"][k] != a2["verdicts"].get(k))
+    summary["a_same_check_verdict"] = a1["exit"] == a2["exit"]
+    summary["a_case_verdicts_differ"] = differ
+    summary["a_wall_ratio"] = a2["wall_s"] / a1["wall_s"]
+c = by.get("c-plant-2gpu")
+if c:
+    summary["c_plant_caught"] = c["exit"] == 1
+    summary["c_regressed"] = sorted(k for k, v in c.get("verdicts", {}).items() if v == "regression")
+b1, b2 = by.get("b-1gpu"), by.get("b-2gpu")
+if b1 and b2:
+    summary["b_wall_ratio"] = b2["wall_s"] / b1["wall_s"]
+    summary["b_within_0_6"] = summary["b_wall_ratio"] <= 0.6
+    summary["b_same_check_verdict"] = b1["exit"] == b2["exit"]
+json.dump(summary, open(sys.argv[2], "w"), indent=1)
+print(json.dumps({k: v for k, v in summary.items() if k != "records"}, indent=1))
+PY
+tar -C "$OUT" -czf "$OUT/shard-logs.tgz" shard-logs && rm -rf "$LOGS"
+python3 benchmarks/shard_plot.py "$OUT/shard-proof.json" "$OUT/shard-scaling.svg" || true
