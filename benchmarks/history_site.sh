@@ -17,6 +17,7 @@ set -euo pipefail
 OUT=${OUT:-./gpu-out/history}
 RUNS=${RUNS:-3}
 KERNELS=${KERNELS:-triton_flash gluon_flash cuda_flash}
+DEVICE=${DEVICE:-cuda} # DEVICE=cpu KERNELS=sdpa tries the phase out without a GPU
 CASE=${CASE:-triton_flash/b2-h8-s2048-d128-full}
 REPO_URL=${REPO_URL:-https://github.com/attn-guard/attn-guard}
 CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
@@ -29,10 +30,10 @@ measure() {
     code=0
     # shellcheck disable=SC2086  # KERNELS is a list of names
     if [[ -n "${GUARD_COMMIT:-}" ]]; then
-      GIT_DIR=/nonexistent GUARD_COMMIT="$GUARD_COMMIT" python3 -m guard run --device cuda \
+      GIT_DIR=/nonexistent GUARD_COMMIT="$GUARD_COMMIT" python3 -m guard run --device "$DEVICE" \
         --kernels $KERNELS --out "$OUT/history-run-$stamp-$i.json" -q || code=$?
     else
-      python3 -m guard run --device cuda --kernels $KERNELS \
+      python3 -m guard run --device "$DEVICE" --kernels $KERNELS \
         --out "$OUT/history-run-$stamp-$i.json" -q || code=$?
     fi
     echo "run $i of $RUNS: exit $code -> $OUT/history-run-$stamp-$i.json"
