@@ -41,7 +41,7 @@ from guard.base.text import fmt_ratio  # likewise
 
 OUTCOME_SCHEMA_VERSION = 3
 READS_VERSIONS = (2, 3)  # 2: no shard record (format changes above)
-MAX_CASES = 1000  # rows an outcome file may hold (suites/full.yaml: about 200 cases)
+MAX_CASES = 200  # rows an outcome file may hold (suites/full.yaml has 160 cases)
 MAX_TEXT = 2000  # characters of any one string read from an outcome file
 MAX_PROFILES = 8  # Nsight Compute profiles an outcome file may hold
 MAX_PROFILE_ROWS = 64  # rows of one profile
