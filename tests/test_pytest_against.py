@@ -1,0 +1,169 @@
+"""``guard compare --against REF --pytest ARGS`` on the worked example, on the CPU.
+
+The example (examples/pytest_benchmark_demo) is copied into a fresh git repository
+and committed; the working tree is then changed (a planted slowdown of one function,
+a wrong result, or nothing) and compared with the commit, each round a fresh pytest
+process per tree. The planted slowdown here is 3x (``SLOWDOWN = 3.0``) so that four
+to six rounds decide it on a loaded two-core machine (few rounds give wide
+intervals); docs/PYTEST.md measures the 10% one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from guard.base.errors import BadInput
+from guard.cli import main
+from guard.measure import pytest_rounds
+
+EXAMPLE = ROOT / "examples" / "pytest_benchmark_demo"
+SOURCE = "checksum_demo.py"
+CHECKSUM = "pytest/test_checksum_demo.py::test_checksum"
+FOLD = "pytest/test_checksum_demo.py::test_fold_xor"
+# Small rounds: about 200 samples of each benchmark (tens of ms), no garbage collection.
+BENCH_ARGS = ["--benchmark-min-rounds=200", "--benchmark-max-time=0.02", "--benchmark-disable-gc"]
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def project(tmp_path) -> Path:
+    """The example as a repository of its own, committed (HEAD is the baseline)."""
+    repo = tmp_path / "project"
+    shutil.copytree(EXAMPLE, repo, ignore=shutil.ignore_patterns("__pycache__", ".benchmarks"))
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "example")
+    return repo
+
+
+def _edit(repo: Path, old: str, new: str) -> None:
+    path = repo / SOURCE
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def _guard(repo: Path, *args: str, rounds: int = 3, max_rounds: int = 3) -> tuple[int, dict, str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "guard",
+            "compare",
+            "--against",
+            "HEAD",
+            "--rounds",
+            str(rounds),
+            "--max-rounds",
+            str(max_rounds),
+            "--out",
+            str(repo.parent / "results.json"),
+            "--json",
+            *args,
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        doc = {}
+    return proc.returncode, doc, proc.stderr
+
+
+def _verdicts(doc: dict) -> dict[str, str]:
+    return {c["id"]: c["verdict"] for c in doc["cases"]}
+
+
+def test_a_planted_slowdown_fails_naming_its_case(project):
+    _edit(project, "SLOWDOWN = 1.0", "SLOWDOWN = 3.0")
+    code, doc, err = _guard(project, "--pytest", ".", *BENCH_ARGS, rounds=4, max_rounds=6)
+    assert code == 1, err + json.dumps(doc)[:3000]
+    verdicts = _verdicts(doc)
+    assert verdicts[CHECKSUM] == "regression"
+    assert verdicts[FOLD] != "regression"
+    assert doc["headline"] == "FAIL: 1 significant regression(s)"
+    # Each round of each tree was one fresh pytest process, the trees alternating.
+    rounds = json.loads((project.parent / "results.json").read_text())["guard"]["rounds"]
+    assert len(rounds) >= 4
+    assert [r["order"] for r in rounds] == [
+        ["baseline", "candidate"] if i % 2 else ["candidate", "baseline"]
+        for i in range(1, len(rounds) + 1)
+    ]
+
+
+def test_an_unchanged_tree_passes_with_every_case_unchanged(project):
+    # A looser threshold than the default 5%: this shared two-core machine moves a
+    # round's median by several percent between processes (docs/PYTEST.md).
+    code, doc, err = _guard(
+        project, "--threshold", "median:30%", "--pytest", ".", *BENCH_ARGS, rounds=4, max_rounds=6
+    )
+    assert code == 0, err + json.dumps(doc)[:2000]
+    assert set(_verdicts(doc).values()) == {"unchanged"}, doc["cases"]
+    assert doc["headline"].startswith("PASS")
+
+
+def test_a_failing_test_is_wrong_results_not_a_timing(project):
+    _edit(
+        project, "        total ^= x\n    return total", "        total ^= x\n    return total ^ 1"
+    )
+    code, doc, err = _guard(project, "--pytest", ".", *BENCH_ARGS, "-k", "fold_xor")
+    assert code == 1, err + json.dumps(doc)[:3000]
+    [case] = doc["cases"]
+    assert case["id"] == FOLD and case["status"] == "wrong" and case["ci"] is None, case
+    assert "AssertionError" in case["reason"] or "assert" in case["reason"]
+    assert doc["headline"].startswith("FAIL") and "wrong results" in doc["headline"]
+    # Nothing more was timed once a test failed: one round.
+    rounds = json.loads((project.parent / "results.json").read_text())["guard"]["rounds"]
+    assert len(rounds) == 1
+
+
+def test_pytest_usage_errors_and_missing_against_exit_two(project, capsys, monkeypatch):
+    code, _, err = _guard(project, "--pytest", ".", "--no-such-pytest-option")
+    assert code == 2 and "usage error" in err
+    monkeypatch.chdir(project)
+    assert main(["compare", "--pytest", "."]) == 2
+    assert "--pytest ARGS needs --against REF" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "arg", ["--benchmark-json=x.json", "--benchmark-disable", "--benchmark-autosave"]
+)
+def test_options_the_guard_sets_or_that_time_nothing_are_refused(arg):
+    with pytest.raises(BadInput, match=f"--pytest {arg}: not taken here"):
+        pytest_rounds.parse_args([".", arg], None)
+
+
+def test_benchmark_compare_fail_sets_the_threshold():
+    args, threshold = pytest_rounds.parse_args(
+        ["-k", "fast", "--benchmark-compare-fail=median:7%", "--benchmark-warmup=on"], None
+    )
+    assert args == ("-k", "fast", "--benchmark-warmup=on") and threshold == "median:7%"
+    args, threshold = pytest_rounds.parse_args(["--benchmark-compare-fail", "median:3%"], None)
+    assert args == () and threshold == "median:3%"
+    assert pytest_rounds.parse_args(["x"], None) == (("x",), "median:5%")
+    with pytest.raises(BadInput, match="only the median"):
+        pytest_rounds.parse_args(["--benchmark-compare-fail=min:5%"], None)
+    with pytest.raises(BadInput, match="give one of them"):
+        pytest_rounds.parse_args(["--benchmark-compare-fail=median:5%"], "median:9%")
