@@ -143,3 +143,32 @@ def test_a_process_that_hangs_is_exit_3_naming_its_gpu(repo: Path) -> None:
     proc = guard(repo, *COMPARE, "--gpus", "2", "--gpu-timeout", "1")
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "worker 1 (shard 1/2): hung past 1 s" in proc.stderr
+
+
+def test_the_pr_check_on_two_gpus_publishes_one_outcome(repo: Path, tmp_path: Path) -> None:
+    """``python -m guard.ci --gpus 2`` as the workflow runs it (judge/ and pr/): one
+    meta.json with every case, one job summary and one set of outputs (the GPUs'
+    processes write none)."""
+    judge, head = tmp_path / "judge", tmp_path / "pr"
+    _git(repo, "worktree", "add", "-q", "--detach", str(judge), "HEAD~1")
+    _git(repo, "worktree", "add", "-q", "--detach", str(head), "HEAD")
+    summary, outputs = tmp_path / "summary.md", tmp_path / "output.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "RUNNER_"))}
+    env.update(
+        OMP_NUM_THREADS="1", PYTHONPATH=str(judge), GITHUB_ACTIONS="true", GPU_LABEL="cpu",
+        GITHUB_STEP_SUMMARY=str(summary), GITHUB_OUTPUT=str(outputs), PR_NUMBER="42",
+        HEAD_SHA=_git(repo, "rev-parse", "HEAD"), **GIT_IDENTITY,
+    )  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "guard.ci", "--device", "cpu", "--base", "judge",
+         "--candidate-tree", str(head), "--suite", "suites/tiny.yaml",
+         "--out-dir", str(tmp_path / "out"), "--gpus", "2"],
+        cwd=judge, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    meta = json.loads((tmp_path / "out" / "meta.json").read_text())
+    assert meta["verdict"] == "regression" and meta["shard"] is None and meta["pr_number"] == 42
+    assert len(meta["cases"]) == 4
+    assert summary.read_text().count("### ") == 1  # one table for this GPU kind
+    assert outputs.read_text().count("exit_code=") == 1
+    assert "exit_code=1" in outputs.read_text()
