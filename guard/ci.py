@@ -21,6 +21,12 @@ Without ``--candidate-tree`` (a local run in a checkout of the PR) the base comm
 kernels are measured from a temporary worktree of ``--base`` and the candidate is this
 tree; the policy still comes from the base commit's suite file.
 
+Scaling out (docs/CI.md, "Scaling out"): ``--shard I/N`` measures one share of the
+suite, balanced by time in this GPU's baseline, and its ``meta.json`` carries the
+evidence ``guard merge`` decides the union from at the family false-alarm rate (the
+workflow's merge job); ``--gpus N|all|0,2,...`` runs one such shard per GPU of this
+host, each in its own process (``CUDA_VISIBLE_DEVICES``), and merges them here.
+
 This module is GitHub plumbing only: it calls the core, renders the ``Outcome`` the
 core builds, and writes the job summary, the annotations, ``$GITHUB_OUTPUT`` and the
 files of ``--out-dir`` (``meta.json``, the outcome, is what the PR-comment workflow reads). Exit
