@@ -171,6 +171,8 @@ def spread(
             path = outcome_of(folder)
             if not path.is_file():
                 tail = text.one_line(end.output_tail[-600:]) or "no output"
+                if end.returncode == ExitCode.BAD_INPUT:  # refused its input: say why
+                    raise BadInput(f"{end.job.label} ({shard}): {tail}")
                 raise InfraError(
                     f"{end.job.label} ({shard}): its process ended with exit code "
                     f"{end.returncode} and no outcome (it crashed): {tail}"
