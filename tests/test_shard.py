@@ -186,6 +186,18 @@ def test_shards_of_another_check_are_refused_naming_the_field(field: str) -> Non
         merge.merge([shards[0], (other, where)])
 
 
+def test_shards_that_split_the_suite_differently_are_an_infrastructure_failure() -> None:
+    base, cand = _runs(6, random.randrange(1 << 30))
+    shards = _shard_outcomes(base, cand, 2)
+    outcome, where = shards[1]
+    assert outcome.shard is not None and outcome.shard.evidence is not None
+    evidence = json.loads(json.dumps(outcome.shard.evidence))
+    evidence["candidate"]["guard"]["cases"].pop()  # a case no shard measured
+    short = replace(outcome, shard=replace(outcome.shard, evidence=evidence))
+    with pytest.raises(InfraError, match="hold 5 of the suite's 6 cases"):
+        merge.merge([shards[0], (short, where)])
+
+
 def test_a_shard_given_twice_is_refused() -> None:
     base, cand = _runs(6, random.randrange(1 << 30))
     shards = _shard_outcomes(base, cand, 2)

@@ -73,6 +73,7 @@ def evidence(
         "alpha": comparison.alpha,
         "plan": dataclasses.asdict(comparison.plan),
         "positions": {c.case_id: positions.get(c.case_id, 0) for c in comparison.cases},
+        "suite_cases": len(positions),  # the whole suite's: the union must hold them all
         "baseline": results.to_json(reduced(comparison.baseline)),
         "candidate": results.to_json(reduced(comparison.candidate)),
     }
@@ -90,6 +91,7 @@ class _Shard:
     paired: bool
     use_fingerprints: bool
     positions: dict[str, int]
+    suite_cases: int | None
 
 
 def _read(outcome: Outcome, where: str) -> _Shard:
@@ -118,6 +120,9 @@ def _read(outcome: Outcome, where: str) -> _Shard:
             isinstance(v, int) and not isinstance(v, bool) for v in positions.values()
         ):
             raise BadInput(f"{where}: shard.evidence.positions: not case -> index")
+        total = ev.get("suite_cases")
+        if total is not None and (not isinstance(total, int) or isinstance(total, bool)):
+            raise BadInput(f"{where}: shard.evidence.suite_cases: not an integer")
         base = results.from_json(ev.get("baseline"), f"{where}: shard.evidence.baseline")
         cand = results.from_json(ev.get("candidate"), f"{where}: shard.evidence.candidate")
     except TypeError as exc:
@@ -133,6 +138,7 @@ def _read(outcome: Outcome, where: str) -> _Shard:
         bool(ev.get("paired", True)),
         bool(ev.get("use_fingerprints", True)),
         dict(positions),
+        total,
     )
 
 
@@ -200,6 +206,7 @@ def merge(outcomes: Sequence[tuple[Outcome, str]]) -> Merged:
             ("evidence.alpha", s.alpha, first.alpha),
             ("evidence.paired", s.paired, first.paired),
             ("evidence.use_fingerprints", s.use_fingerprints, first.use_fingerprints),
+            ("evidence.suite_cases", s.suite_cases, first.suite_cases),
         ):  # fmt: skip
             if ours != theirs:
                 raise BadInput(
@@ -216,6 +223,12 @@ def merge(outcomes: Sequence[tuple[Outcome, str]]) -> Merged:
             position[c.id] = s.positions.get(c.id, 0)
             cand_cases.append(c)
         base_cases.extend(s.baseline.cases)
+    total = first.suite_cases
+    if total is not None and len(position) != total:  # the splits disagreed
+        raise InfraError(
+            f"the shards hold {len(position)} of the suite's {total} cases: they split it "
+            "differently (another baseline on some runner?); the check is incomplete"
+        )
     order = {cid: (pos, cid) for cid, pos in position.items()}
     cand_cases.sort(key=lambda c: order[c.id])
     base_cases.sort(key=lambda c: order.get(c.id, (1 << 30, c.id)))
