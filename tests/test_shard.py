@@ -216,3 +216,15 @@ def test_outcome_schema_3_round_trips_and_newer_is_refused(tmp_path: Path) -> No
     old = {k: v for k, v in data.items() if k != "shard"}
     assert Outcome.from_json({**old, "schema_version": 2}).shard is None
     assert env().gpu_slug  # the synthetic runs' GPU
+
+
+def test_the_comment_says_when_an_outcome_is_one_shard_alone() -> None:
+    from guard import comment
+
+    base, cand = _runs(4, random.randrange(1 << 30))
+    shards = _shard_outcomes(base, cand, 2)
+    alone = replace(shards[0][0], gpu="h100")
+    assert "h100 (shard 1/2 only)" in comment.markdown([alone])
+    merged = replace(merge.merged_outcome(merge.merge(shards)), gpu="h100")
+    [heading] = [x for x in comment.markdown([merged]).splitlines() if x.startswith("### ")]
+    assert heading.startswith("### ") and "h100" in heading and "shard" not in heading
