@@ -166,8 +166,10 @@ class PytestSession:
 
     @property
     def failed(self) -> bool:
-        """Whether a test failed in some arm (then timing more rounds is pointless)."""
-        return any(self.wrong.values())
+        """Whether a test of the last arm (the candidate) failed: its check fails
+        whatever the timings say, so no more rounds are timed. A test failing in the
+        baseline only leaves that case without a comparison; the rest is timed."""
+        return bool(self.wrong[self.arms[-1].name]) if self.arms else False
 
     def time(self, n_rounds: int, planned: int | None = None) -> None:
         """``n_rounds`` more rounds of every arm (``planned``: the total shown)."""
@@ -198,7 +200,8 @@ class PytestSession:
         return env
 
     def _round(self, arm: PytestArm, r: int, order: tuple[str, ...]) -> None:
-        known = len(self.docs[arm.name][0].benchmarks) if self.docs[arm.name] else 1
+        # Benchmarks a round holds, as far as known (0 before the first round ends).
+        known = max((len(d[0].benchmarks) for d in self.docs.values() if d), default=0)
         self.progress(Progress("time", arm.name, r, self._planned, "", 0, known))
         started, t0 = results.now_iso(), time.monotonic()
         with tempfile.TemporaryDirectory(prefix="guard-pytest-") as tmp:
