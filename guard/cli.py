@@ -211,7 +211,7 @@ def _pytest_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--threshold",
-        metavar="median:N%%",
+        metavar="median:N%",
         help="smallest slowdown worth failing a pytest-benchmark case for (default median:5%%)",
     )
     g.add_argument(
@@ -459,7 +459,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="With no arguments: run the suite and compare with baselines/<gpu>.json. "
         "With two files: compare them (guard results or pytest-benchmark JSON saved with "
         "--benchmark-save-data). With --against REF: measure REF's kernels and this tree's "
-        "here, interleaved round by round.",
+        "here, interleaved round by round. With --baseline-runs/--candidate-runs (saved "
+        "pytest-benchmark runs, one round each) or --against REF --pytest ARGS (a "
+        "pytest-benchmark suite, paired): verdicts for any pytest-benchmark suite.",
     )
     p.add_argument("files", nargs="*", metavar="FILE", help="BASELINE CANDIDATE")
     _common(p)
