@@ -477,10 +477,6 @@ def _failed_shard(args: argparse.Namespace, context: Mapping[str, object]) -> Sh
     return ShardInfo(spec.index, spec.count, base, head or "candidate", "", "")
 
 
-# Variables a GPU's process must not see: the parent alone writes what GitHub reads.
-_GPU_UNSET = ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS")
-
-
 def _run_on_gpus(args: argparse.Namespace, context: Mapping[str, object]) -> tuple[Outcome, str]:
     """``--gpus``: shard i/N of the check on each GPU (its own process, its own
     ``--out-dir``), merged here at the family level (``guard merge``)."""
@@ -501,7 +497,7 @@ def _run_on_gpus(args: argparse.Namespace, context: Mapping[str, object]) -> tup
         lambda folder: folder / OUTCOME_FILE,
         timeout_s=args.gpu_timeout,
         log=lambda line: print(line, file=sys.stderr, flush=True),
-        unset=_GPU_UNSET,
+        unset=cli_merge.GITHUB_VARS,
     )
     outcome = merge_outcome(merged)
     outcome = replace(outcome, run_url=str(context.get("run_url") or outcome.run_url))

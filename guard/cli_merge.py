@@ -39,6 +39,9 @@ from guard.report import render
 from guard.store import results
 from guard.store.suite import Suite
 
+# What a GPU's process must not see: the parent alone writes what GitHub reads (the
+# job summary, the outputs, the annotations).
+GITHUB_VARS = ("GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "GITHUB_ACTIONS")
 MAX_SHARD_FILE_BYTES = 64 * 1024 * 1024  # a shard's outcome carries its evidence
 DEFAULT_GPU_TIMEOUT_S = 6 * 3600.0  # one GPU's share of the check, start to end
 
@@ -280,6 +283,7 @@ def compare_sharded(
         lambda folder: folder / "outcome.json",
         timeout_s=args.gpu_timeout,
         log=lambda line: print(line, file=sys.stderr, flush=True) if not args.quiet else None,
+        unset=GITHUB_VARS,
     )
     return merged.comparison
 
