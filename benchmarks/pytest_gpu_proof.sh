@@ -21,7 +21,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PARTS=${PARTS:-gpu cpu}
 ROUNDS=${ROUNDS:-6}
-MAX_ROUNDS=${MAX_ROUNDS:-10}
+MAX_ROUNDS=${MAX_ROUNDS:-8}
 LIMIT=${LIMIT:-170}  # seconds per guard run
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

@@ -202,7 +202,8 @@ class PytestSession:
     def _round(self, arm: PytestArm, r: int, order: tuple[str, ...]) -> None:
         # Benchmarks a round holds, as far as known (0 before the first round ends).
         known = max((len(d[0].benchmarks) for d in self.docs.values() if d), default=0)
-        self.progress(Progress("time", arm.name, r, self._planned, "", 0, known))
+        if known:  # before the first round ends, the round's end says how many
+            self.progress(Progress("time", arm.name, r, self._planned, "", 0, known))
         started, t0 = results.now_iso(), time.monotonic()
         with tempfile.TemporaryDirectory(prefix="guard-pytest-") as tmp:
             out = Path(tmp) / "round.json"
