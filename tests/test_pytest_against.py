@@ -114,10 +114,11 @@ def test_a_planted_slowdown_fails_naming_its_case(project):
 
 
 def test_an_unchanged_tree_passes_with_every_case_unchanged(project):
-    # A looser threshold than the default 5%: this shared two-core machine moves a
-    # round's median by several percent between processes (docs/PYTEST.md).
+    # A looser threshold than the default 5%: on a shared two-core machine a round now
+    # and then runs 1.6x slow (another process on its core), so a few rounds cannot rule
+    # out 5% (docs/PYTEST.md has the default threshold's numbers).
     code, doc, err = _guard(
-        project, "--threshold", "median:30%", "--pytest", ".", *BENCH_ARGS, rounds=4, max_rounds=6
+        project, "--threshold", "median:50%", "--pytest", ".", *BENCH_ARGS, rounds=4, max_rounds=8
     )
     assert code == 0, err + json.dumps(doc)[:2000]
     assert set(_verdicts(doc).values()) == {"unchanged"}, doc["cases"]

@@ -57,17 +57,24 @@ def template(tmp_path_factory) -> dict:
 
 
 def _write_runs(
-    folder: Path, template: dict, count: int, ratios: dict[str, float], noise: float = 0.01
+    folder: Path,
+    template: dict,
+    count: int,
+    ratios: dict[str, float],
+    noise: float = 0.01,
+    factors: list[float] | None = None,
 ) -> Path:
     """``count`` runs under ``folder`` (pytest-benchmark's layout): each benchmark's
-    samples times a fresh factor around its ``ratios`` entry (1 when absent)."""
+    samples times a fresh factor around its ``ratios`` entry (1 when absent), or
+    times the run's entry of ``factors`` (the noise between runs, fixed)."""
     sub = folder / "Linux-CPython-3.11-64bit"
     sub.mkdir(parents=True)
     rng = random.Random()
     for i in range(count):
         doc = copy.deepcopy(template)
         for bench in doc["benchmarks"]:
-            scale = ratios.get(bench["name"], 1.0) * (1.0 + rng.uniform(-noise, noise))
+            run = factors[i] if factors else 1.0 + rng.uniform(-noise, noise)
+            scale = ratios.get(bench["name"], 1.0) * run
             bench["stats"]["data"] = [x * scale for x in bench["stats"]["data"]]
         (sub / f"{i + 1:04d}_run.json").write_text(json.dumps(doc))
     return folder
@@ -78,9 +85,9 @@ def _run_json(capsys, argv) -> tuple[int, dict]:
     return code, json.loads(capsys.readouterr().out)
 
 
-def _sides(tmp_path, template, ratios, count=4, noise=0.01) -> list[str]:
-    base = _write_runs(tmp_path / "old", template, count, {}, noise)
-    cand = _write_runs(tmp_path / "new", template, count, ratios, noise)
+def _sides(tmp_path, template, ratios, count=4) -> list[str]:
+    base = _write_runs(tmp_path / "old", template, count, {})
+    cand = _write_runs(tmp_path / "new", template, count, ratios)
     return ["compare", "--baseline-runs", str(base), "--candidate-runs", str(cand), "--json"]
 
 
@@ -112,7 +119,13 @@ def test_a_speedup_is_an_improvement(tmp_path, template, capsys):
 
 
 def test_noisy_runs_with_a_small_shift_are_inconclusive(tmp_path, template, capsys):
-    argv = _sides(tmp_path, template, {"test_checksum": 1.04}, count=3, noise=0.15)
+    # Runs 15% apart: a 4% shift is neither ruled in (regression) nor, at a threshold
+    # of 20% (+ 3% drift), ruled out (unchanged).
+    base = _write_runs(tmp_path / "old", template, 3, {}, factors=[0.85, 1.0, 1.15])
+    cand = _write_runs(
+        tmp_path / "new", template, 3, {"test_checksum": 1.04}, factors=[1.15, 0.85, 1.0]
+    )
+    argv = ["compare", "--baseline-runs", str(base), "--candidate-runs", str(cand), "--json"]
     code, doc = _run_json(capsys, [*argv, "--threshold", "median:20%"])
     assert _verdicts(doc)[CHECKSUM] == "inconclusive"
     assert code == 0
