@@ -17,6 +17,9 @@ fi
 extras=triton
 [ "${1:-}" = "--test" ] && extras=triton,test
 "$py" -m pip install -q -e ".[$extras]"
+# The Hopper CUDA kernel's CuTe/CUTLASS headers (kernels/cuda_flash.py CUTLASS_PIN): the
+# wheel's headers only, without its Python tools' dependencies (cuda-python et al.).
+"$py" -m pip install -q --no-deps "nvidia-cutlass==4.2.0.0"
 [ "${1:-}" = "--test" ] || exit 0
 
 # The test tools that are no Python package. A test whose tool is missing is skipped,

@@ -58,6 +58,8 @@ printf 'torch==%s\n' "$torch_version" > "$venv/constraints.txt"
 "$venv/bin/python" -m pip install --quiet --upgrade "${pip_args[@]}" pip \
     || echo "could not upgrade pip; using $("$venv/bin/python" -m pip --version)"
 "$venv/bin/python" -m pip install "${pip_args[@]}" --constraint "$venv/constraints.txt" -e "$repo"
+# The Hopper CUDA kernel's CuTe/CUTLASS headers, pinned (kernels/cuda_flash.py CUTLASS_PIN).
+"$venv/bin/python" -m pip install "${pip_args[@]}" --no-deps "nvidia-cutlass==4.2.0.0"
 
 "$venv/bin/python" - "$torch_version" <<'PY' || exit 3
 import os

@@ -1,4 +1,10 @@
-"""CUDA C++ FlashAttention-2 forward, built on first use as a torch extension.
+"""CUDA C++ FlashAttention forward, built on first use as a torch extension.
+
+Two kernels behind one entry point: on Hopper (sm_90) the CuTe/CUTLASS kernel of
+``csrc/flash_fwd_sm90.cuh`` (wgmma, TMA, a producer warp and 2-3 consumer warpgroups,
+FlashAttention-3's structure; its notes are in that file), built for sm_90a against the
+headers of the pinned ``nvidia-cutlass`` wheel; on every other GPU the ``mma.sync`` one
+below.
 
 Algorithm: FlashAttention-2 (Dao, 2023) with ``mma.sync.m16n8k16`` tensor-core
 instructions: one block owns 64 (head_dim 64) or 128 (head_dim 128) query rows, each
@@ -42,9 +48,20 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 KERNEL_SOURCE = CSRC / "flash_fwd.cu"  # torch-free: compiles with a plain nvcc
 BINDING_SOURCE = CSRC / "binding.cpp"
 SOURCES = (BINDING_SOURCE, KERNEL_SOURCE)
-HEADERS = (CSRC / "flash_fwd.h",)
+# The Hopper kernel: a dispatcher and one instantiation per (dtype, head_dim), which
+# the build compiles in parallel (each takes ~40 s of one core).
+HOPPER_KERNEL_HEADER = CSRC / "flash_fwd_sm90.cuh"
+HOPPER_SOURCES = (
+    CSRC / "flash_fwd_sm90.cu",
+    *(CSRC / f"flash_fwd_sm90_{dt}_hdim{hd}.cu" for dt in ("fp16", "bf16") for hd in (64, 128)),
+)
+HEADERS = (CSRC / "flash_fwd.h", HOPPER_KERNEL_HEADER)
+HOPPER = (9, 0)
+CUTLASS_PIN = "nvidia-cutlass==4.2.0.0"  # also in install.sh and ci/setup-runner.sh
 
 NVCC_FLAGS = ("-O3", "--use_fast_math", "-std=c++17")
+HOPPER_NVCC_FLAGS = ("--expt-relaxed-constexpr", "-DFLASH_SM90")
+KERNEL_PATHS = {"auto": 0, "mma_sync": 1, "hopper": 2}
 SUPPORTED_HEAD_DIMS = (64, 128)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MIN_CAPABILITY = (8, 0)  # mma.sync with bf16 and cp.async need sm_80
@@ -56,7 +73,14 @@ class CudaFlashExtension(Protocol):
     """The built extension module: the entry point of ``csrc/binding.cpp``."""
 
     def flash_fwd(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        causal: bool,
+        scale: float,
+        out: torch.Tensor | None = None,
+        path: int = 0,
     ) -> torch.Tensor: ...
 
 
@@ -78,6 +102,35 @@ def arch_flags(capability: tuple[int, int]) -> list[str]:
 def _arch_tag(capability: tuple[int, int]) -> str:
     major, minor = capability
     return f"sm{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
+
+
+def cutlass_include() -> Path | None:
+    """The CUTLASS/CuTe headers: ``$CUTLASS_INCLUDE``, else the ``nvidia-cutlass`` wheel's
+    ``cutlass_library/source/include`` (found without importing the package)."""
+    import importlib.util
+
+    env = os.environ.get("CUTLASS_INCLUDE")
+    if env:
+        return Path(env) if (Path(env) / "cute" / "tensor.hpp").is_file() else None
+    spec = importlib.util.find_spec("cutlass_library")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        include = Path(location) / "source" / "include"
+        if (include / "cute" / "tensor.hpp").is_file():
+            return include
+    return None
+
+
+def hopper_flags() -> list[str]:
+    """nvcc flags of the Hopper TUs: CuTe's include path and the kernel's defines."""
+    include = cutlass_include()
+    if include is None:
+        raise FileNotFoundError(
+            f"the CUTLASS/CuTe headers are not installed: pip install {CUTLASS_PIN} "
+            "(or set CUTLASS_INCLUDE to a CUTLASS include/ folder)"
+        )
+    # Tuning runs pass e.g. -DFLASH_SM90_D128_FULL_N=128 (part of the build's hash).
+    extra = os.environ.get("ATTN_GUARD_HOPPER_FLAGS", "").split()
+    return [f"-I{include}", *HOPPER_NVCC_FLAGS, *extra]
 
 
 def torch_nvcc_flags() -> list[str]:
@@ -125,16 +178,20 @@ def unavailable_reason() -> str | None:
         return "CUDA compiler nvcc not found (set CUDA_HOME) to build the CUDA extension"
     if not cpp_extension.is_ninja_available():
         return "ninja not found: torch's CUDA extension build needs it (pip install ninja)"
+    if capability == HOPPER and cutlass_include() is None:
+        return f"the Hopper kernel's CUTLASS/CuTe headers are missing: pip install {CUTLASS_PIN}"
     return None
 
 
 def source_hash(extra: Sequence[str] = ()) -> str:
     """Hash of the sources, headers, build flags, torch and CUDA versions."""
     digest = hashlib.sha256()
-    for path in (*SOURCES, *HEADERS):
+    for path in (*SOURCES, *HOPPER_SOURCES, *HEADERS):
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
-    for item in (*NVCC_FLAGS, *extra, torch.__version__, str(torch.version.cuda)):
+    for item in (*NVCC_FLAGS, *HOPPER_NVCC_FLAGS, CUTLASS_PIN, *extra):
+        digest.update(item.encode())
+    for item in (torch.__version__, str(torch.version.cuda)):
         digest.update(item.encode())
     return digest.hexdigest()[:16]
 
@@ -148,11 +205,11 @@ def cache_root() -> Path:
 
 def build_directory(capability: tuple[int, int]) -> Path:
     """Where the extension for ``capability`` is built: ``<cache_root>/<hash>-<arch>``."""
-    flags = arch_flags(capability)
+    flags = [*arch_flags(capability), *os.environ.get("ATTN_GUARD_HOPPER_FLAGS", "").split()]
     return cache_root() / f"{source_hash(flags)}-{_arch_tag(capability)}"
 
 
-def _sources_in(build_dir: Path) -> list[Path]:
+def _sources_in(build_dir: Path, sources: Sequence[Path]) -> list[Path]:
     """The sources, copied into the build directory, which is keyed by their hash.
 
     The build files record the paths they compiled: built from the checkout itself,
@@ -161,13 +218,13 @@ def _sources_in(build_dir: Path) -> list[Path]:
     these sources shares one build and one shared object."""
     src = build_dir / "src"
     src.mkdir(exist_ok=True)
-    for path in (*SOURCES, *HEADERS):
+    for path in (*SOURCES, *HOPPER_SOURCES, *HEADERS):
         target = src / path.name
         if not target.is_file() or target.read_bytes() != path.read_bytes():
             tmp = target.with_suffix(target.suffix + f".{os.getpid()}.tmp")
             shutil.copyfile(path, tmp)
             os.replace(tmp, target)  # atomic: a concurrent build sees old or new, whole
-    return [src / path.name for path in SOURCES]
+    return [src / path.name for path in sources]
 
 
 @functools.cache
@@ -178,10 +235,17 @@ def load_extension(capability: tuple[int, int]) -> CudaFlashExtension:
     flags = arch_flags(capability)
     build_dir = build_directory(capability)
     build_dir.mkdir(parents=True, exist_ok=True)
+    sources: tuple[Path, ...] = SOURCES
+    cflags: list[str] = []
     try:
+        if capability == HOPPER:
+            sources = (*SOURCES, *HOPPER_SOURCES)
+            flags = [*flags, *hopper_flags()]
+            cflags = ["-DFLASH_SM90"]
         module: CudaFlashExtension = cpp_extension.load(
-            name=f"attn_guard_cuda_flash_{source_hash(flags)}",
-            sources=[str(path) for path in _sources_in(build_dir)],
+            name=f"attn_guard_cuda_flash_{build_directory(capability).name.split('-')[0]}",
+            sources=[str(path) for path in _sources_in(build_dir, sources)],
+            extra_cflags=cflags,
             extra_cuda_cflags=[*NVCC_FLAGS, *flags],
             build_directory=str(build_dir),
             verbose=False,
@@ -198,7 +262,8 @@ def load_extension(capability: tuple[int, int]) -> CudaFlashExtension:
     return module
 
 
-def compile_kernel_object(
+def compile_object(
+    source: Path,
     gencode: str,
     output: Path,
     *,
@@ -206,10 +271,10 @@ def compile_kernel_object(
     nvcc: str | None = None,
     timeout: float = 600.0,
 ) -> subprocess.CompletedProcess[str]:
-    """Compile ``csrc/flash_fwd.cu`` alone, without torch, with the extension's flags.
+    """Compile one torch-free source of ``csrc/`` alone, with the extension's flags.
 
-    For the CPU compile test and the benchmark's ``-Xptxas -v`` report. ``gencode`` is
-    one ``-gencode=...`` flag; the result's stdout/stderr hold the compiler output.
+    For the CPU compile tests and the ``-Xptxas -v`` reports. ``gencode`` is one
+    ``-gencode=...`` flag; the result's stdout/stderr hold the compiler output.
     """
     nvcc = nvcc or find_nvcc()
     if nvcc is None:
@@ -217,7 +282,7 @@ def compile_kernel_object(
     cmd = [
         nvcc,
         "-c",
-        str(KERNEL_SOURCE),
+        str(source),
         "-o",
         str(output),
         gencode,
@@ -226,6 +291,20 @@ def compile_kernel_object(
         *extra_flags,
     ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def compile_kernel_object(
+    gencode: str,
+    output: Path,
+    *,
+    extra_flags: Sequence[str] = (),
+    nvcc: str | None = None,
+    timeout: float = 600.0,
+) -> subprocess.CompletedProcess[str]:
+    """``compile_object`` of the mma.sync kernel, ``csrc/flash_fwd.cu``."""
+    return compile_object(
+        KERNEL_SOURCE, gencode, output, extra_flags=extra_flags, nvcc=nvcc, timeout=timeout
+    )
 
 
 def _validate(
@@ -285,8 +364,10 @@ def flash_attention_fwd(
     *,
     causal: bool = False,
     scale: float | None = None,
+    out: torch.Tensor | None = None,
+    kernel: str = "auto",
 ) -> torch.Tensor:
-    """softmax(q k^T * scale) v with the CUDA FlashAttention-2 forward kernel.
+    """softmax(q k^T * scale) v with the CUDA FlashAttention forward kernels.
 
     Args:
         q: (batch, heads, seq_q, head_dim) CUDA tensor, float16 or bfloat16,
@@ -299,6 +380,9 @@ def flash_attention_fwd(
             ``is_causal``: query ``i`` sees keys ``j <= i`` whatever ``seq_q`` and
             ``seq_k`` are (flash-attn's own kernels align bottom-right instead).
         scale: softmax scale; ``1 / sqrt(head_dim)`` when None.
+        out: where to write the result: q's shape, dtype and device, any strides.
+        kernel: "auto" (the Hopper kernel on sm_90, mma.sync elsewhere), "hopper" or
+            "mma_sync" to force one (for benchmarks; "hopper" needs an sm_90 GPU).
 
     Returns:
         (batch, heads, seq_q, head_dim) contiguous tensor in ``q``'s dtype; zeros
@@ -316,4 +400,18 @@ def flash_attention_fwd(
             f"q is on {q.device} of compute capability {capability[0]}.{capability[1]}; "
             f"the kernel needs {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} or newer"
         )
-    return load_extension(capability).flash_fwd(q, k, v, causal, scale_value)
+    if kernel not in KERNEL_PATHS:
+        raise ValueError(f"kernel must be one of {sorted(KERNEL_PATHS)}, got {kernel!r}")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(f"out must be a torch.Tensor, got {type(out).__name__}")
+        if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+            raise ValueError(
+                f"out must match q: got shape {tuple(out.shape)}, {out.dtype} on {out.device}; "
+                f"q is {tuple(q.shape)}, {q.dtype} on {q.device}"
+            )
+    if kernel == "hopper" and capability != HOPPER:
+        raise ValueError(f"kernel='hopper' needs an sm_90 GPU; {q.device} is {capability}")
+    return load_extension(capability).flash_fwd(
+        q, k, v, causal, scale_value, out, KERNEL_PATHS[kernel]
+    )

@@ -138,13 +138,141 @@ def records_from_report(
     ]
 
 
+# ---- the Hopper kernel (csrc/flash_fwd_sm90*.cu) ----------------------------------------
+
+_SM90_INSTANCE = re.compile(
+    r"flash_fwd_sm90_kernelINS_6TraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EN7cutlass\d+(\w+?)EEELb([01])E"
+)
+_SM90_ELEMENTS = {"float16": "half_t", "bfloat16": "bfloat16_t"}
+_MACRO = re.compile(r"#define\s+(FLASH_SM90_\w+)\s+(\d+)")
+_MIN_WORK = re.compile(r"kHopperMinWork\s*=\s*1LL\s*<<\s*(\d+)")
+
+
+def hopper_tile(source: str, head_dim: int, causal: bool, seq_k: int) -> tuple[int, int, int]:
+    """(rows of Q, keys per step, stages) the launcher picks, from the header's defaults."""
+    m = {name: int(value) for name, value in _MACRO.findall(source)}
+    stages = m["FLASH_SM90_STAGES"]
+    if head_dim == 64:
+        kind = "CAUSAL" if causal else "FULL"
+        return m[f"FLASH_SM90_D64_{kind}_M"], m[f"FLASH_SM90_D64_{kind}_N"], stages
+    if causal:
+        return 128, m["FLASH_SM90_D128_CAUSAL_N"], stages
+    short = seq_k <= m["FLASH_SM90_D128_SHORT_K"]
+    return 128, m["FLASH_SM90_D128_FULL_SHORT_N" if short else "FLASH_SM90_D128_FULL_N"], stages
+
+
+def hopper_shared_bytes(head_dim: int, block_m: int, block_n: int, stages: int) -> int:
+    """``sizeof(SharedStorage)``: Q, the K and V rings, O on its own where it fits (else in
+    the V ring), the barriers, each buffer 1024-byte aligned."""
+    q = o = block_m * head_dim * 2
+    kv = stages * block_n * head_dim * 2
+    separate = q + 2 * kv + o + 16 + 32 * stages + 1024 <= 227 * 1024
+    return q + kv + (kv + o if separate else max(kv, o)) + 1024
+
+
+def hopper_ptxas_text(dtype: str, head_dim: int, *, nvcc: str) -> str:
+    """``-Xptxas -v`` of the Hopper TU for one dtype and head_dim, cached on disk."""
+    name = f"flash_fwd_sm90_{'fp16' if dtype == 'float16' else 'bf16'}_hdim{head_dim}.cu"
+    gencode = cuda_flash.arch_flags(cuda_flash.HOPPER)[0]
+    version = tool_version(nvcc)
+    key = f"cuda_flash_sm90-{cuda_flash.source_hash((gencode, version, name))}"
+
+    def compile_() -> str:
+        try:
+            flags = cuda_flash.hopper_flags()
+        except FileNotFoundError as exc:
+            raise ResourcesUnavailable(str(exc)) from exc
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = cuda_flash.compile_object(
+                cuda_flash.CSRC / name,
+                gencode,
+                Path(tmp) / "k.o",
+                extra_flags=(*flags, "-Xptxas", "-v"),
+                nvcc=nvcc,
+                timeout=_COMPILE_TIMEOUT_S,
+            )
+        text = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            raise RuntimeError(f"nvcc failed for {name} (rc {proc.returncode}):\n{text[-4000:]}")
+        return f"// nvcc {version} {gencode}\n{text}"
+
+    return cached_text(key, compile_)
+
+
+def hopper_records(
+    text: str, params: Mapping[str, Any], source: str, toolchain: str = ""
+) -> list[ResourceRecord]:
+    """The record of the Hopper instantiation ``params``'s workload launches."""
+    batch, heads, seq_q, head_dim = (int(n) for n in params["shape"])
+    seq_k = int(params.get("seq_k", seq_q))
+    dtype = str(params.get("dtype", "float16"))
+    causal = bool(params.get("causal", False))
+    block_m, block_n, stages = hopper_tile(source, head_dim, causal, seq_k)
+    wanted = (head_dim, block_m, block_n, stages, _SM90_ELEMENTS[dtype], causal)
+    found = [
+        e
+        for e in parse_ptxas(text)
+        if (m := _SM90_INSTANCE.search(e.symbol))
+        and (int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5], m[6] == "1") == wanted
+    ]
+    if not found:
+        raise RuntimeError(f"no ptxas entry for the Hopper kernel {wanted} in:\n{text[-2000:]}")
+    entry = found[0]
+    element = _SM90_ELEMENTS[dtype]
+    return [
+        {
+            "arch": "sm_90",
+            "kernel": f"flash_fwd_sm90_kernel<{head_dim}, {block_m}x{block_n}, {element}, "
+            f"{str(causal).lower()}>",
+            "registers": entry.registers,
+            "spill_store_bytes": entry.spill_store_bytes,
+            "spill_load_bytes": entry.spill_load_bytes,
+            "stack_bytes": entry.stack_bytes,
+            "shared_bytes": hopper_shared_bytes(head_dim, block_m, block_n, stages),
+            "num_warps": (block_m // 64 + 1) * 4,
+            "num_stages": stages,
+            # Persistent: min(tiles, SMs) CTAs walk the tiles; the grid counts the tiles.
+            "grid": [-(-seq_q // block_m) * heads * batch, 1, 1],
+            "config": {
+                "BLOCK_M": block_m,
+                "BLOCK_N": block_n,
+                "target": entry.target,
+                "schedule": "persistent",
+            },
+            "path": "hopper-wgmma-tma",
+            "toolchain": toolchain,
+        }
+    ]
+
+
+def uses_hopper_kernel(params: Mapping[str, Any], arch: str, header: str) -> bool:
+    """Whether the auto dispatch runs the Hopper kernel for this workload on ``arch``."""
+    if parse_arch(arch) != 90:
+        return False
+    batch, heads, seq_q, _ = (int(n) for n in params["shape"])
+    seq_k = int(params.get("seq_k", seq_q))
+    found = _MIN_WORK.search(header)
+    min_work = 1 << int(found[1]) if found else 0
+    return batch * heads * seq_q * seq_k >= min_work
+
+
 def resources(params: Mapping[str, Any], arch: str) -> list[ResourceRecord]:
     """Resource records of the instantiation one call on ``params``'s workload runs.
 
     ``params``: a suite case's ``params()``. Compiles (once per source and arch) with
-    nvcc; nothing runs on a GPU. ResourcesUnavailable without nvcc.
+    nvcc; nothing runs on a GPU. ResourcesUnavailable without nvcc. On sm_90 the Hopper
+    kernel's record, where the dispatch picks it.
     """
     nvcc = cuda_flash.find_nvcc()
+    header = (cuda_flash.CSRC / "flash_fwd.h").read_text(encoding="utf-8")
+    if uses_hopper_kernel(params, arch, header):
+        if nvcc is None:
+            raise ResourcesUnavailable("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+        dtype = str(params.get("dtype", "float16"))
+        head_dim = int(params["shape"][3])
+        text = hopper_ptxas_text(dtype, head_dim, nvcc=nvcc)
+        source = cuda_flash.HOPPER_KERNEL_HEADER.read_text(encoding="utf-8")
+        return hopper_records(text, params, source, f"nvcc {tool_version(nvcc)}")
     text = ptxas_text(arch, nvcc=nvcc)
     toolchain = f"nvcc {tool_version(nvcc)}" if nvcc else ""
     source = cuda_flash.KERNEL_SOURCE.read_text(encoding="utf-8")

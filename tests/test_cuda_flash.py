@@ -1,8 +1,10 @@
 """Tests of the CUDA C++ FlashAttention-2 forward (kernels/cuda_flash.py, kernels/csrc).
 
-CPU: the kernel TU compiles with the machine's nvcc for sm_80, sm_89, sm_90 and sm_90a
-(no register spills on sm_90a), a torch-free stub links and runs, the torch binding
-type-checks against torch's headers, and the Python wrapper validates its arguments.
+CPU: the mma.sync kernel TU compiles with the machine's nvcc for sm_80, sm_89, sm_90 and
+sm_90a (no register spills on sm_90a), the Hopper kernel's TUs compile for sm_90a against
+the pinned CUTLASS headers with no spills (a planted spill and a planted shared-memory
+overflow are caught), a torch-free stub links and runs, the torch binding type-checks
+against torch's headers, and the Python wrapper validates its arguments.
 GPU (``-m gpu``): results against a float32 reference, with the tolerance "max abs
 error at most 2x that of torch SDPA in the same dtype, plus one eps of the dtype at the
 output's magnitude".
@@ -10,6 +12,7 @@ output's magnitude".
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sysconfig
@@ -74,6 +77,15 @@ def _binding_check_cmd(nvcc: str, out_dir: Path) -> list[str]:
     ]
 
 
+# Configurations that must fail the checks below: 192 query rows of head_dim 64 causal
+# spill under four warpgroups' 128 registers; four stages of 192-key tiles of head_dim
+# 128 need more shared memory than a Hopper block has.
+HOPPER_PLANTS = [
+    ("spill_plant", "flash_fwd_sm90_fp16_hdim64.cu", "-DFLASH_SM90_D64_CAUSAL_M=192"),
+    ("smem_plant", "flash_fwd_sm90_fp16_hdim128.cu", "-DFLASH_SM90_STAGES=4"),
+]
+
+
 @pytest.fixture(scope="module")
 def compile_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """Run every compile of this module at once (they are independent)."""
@@ -106,6 +118,29 @@ def compile_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
             ],
         )
         jobs["binding"] = pool.submit(_run, _binding_check_cmd(nvcc, out_dir))
+        include = cuda_flash.cutlass_include()
+        if include is not None:
+            hopper = [f"-I{include}", *cuda_flash.HOPPER_NVCC_FLAGS, "-Xptxas", "-v"]
+            for source in cuda_flash.HOPPER_SOURCES:
+                jobs[source.name] = pool.submit(
+                    cuda_flash.compile_object,
+                    source,
+                    GENCODES["sm_90a"],
+                    out_dir / f"{source.stem}.o",
+                    extra_flags=hopper,
+                    nvcc=nvcc,
+                    timeout=_COMPILE_TIMEOUT_S,
+                )
+            for plant, source, flag in HOPPER_PLANTS:
+                jobs[plant] = pool.submit(
+                    cuda_flash.compile_object,
+                    cuda_flash.CSRC / source,
+                    GENCODES["sm_90a"],
+                    out_dir / f"{plant}.o",
+                    extra_flags=[*hopper, flag],
+                    nvcc=nvcc,
+                    timeout=_COMPILE_TIMEOUT_S,
+                )
         results = {name: job.result() for name, job in jobs.items()}
     results["stub_path"] = stub
     return results
@@ -125,15 +160,96 @@ def test_kernel_compiles(compile_results: dict, arch: str) -> None:
     assert not own_warnings, "\n".join(own_warnings)
 
 
+def _spill_problems(report: str) -> list[str]:
+    """What ptxas's -v report says of spills and local memory (empty: none)."""
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    if not spills:
+        return ["no ptxas report in the output"]
+    problems = [f"{s} bytes spill stores, {ld} loads" for s, ld in spills if s != "0" or ld != "0"]
+    problems += re.findall(r"[1-9]\d* bytes stack frame", report)
+    return problems
+
+
 def test_kernel_has_no_register_spills(compile_results: dict) -> None:
     proc = compile_results["sm_90a"]
     assert proc.returncode == 0, _output(proc)
     report = _output(proc)
-    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
-    assert spills, f"no ptxas report in the output:\n{report}"
-    assert all(s == "0" and ld == "0" for s, ld in spills), f"register spills:\n{report}"
-    assert "bytes stack frame" in report
-    assert not re.search(r"[1-9]\d* bytes stack frame", report), f"local memory:\n{report}"
+    assert not _spill_problems(report), f"register spills:\n{report}"
+
+
+def _hopper_results(compile_results: dict) -> dict:
+    if cuda_flash.cutlass_include() is None:
+        pin = cuda_flash.CUTLASS_PIN
+        reason = f"the CUTLASS headers are not installed (pip install --no-deps {pin})"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + "; install.sh --test installs them")
+        pytest.skip(reason)
+    return compile_results
+
+
+@pytest.mark.parametrize("source", [s.name for s in cuda_flash.HOPPER_SOURCES])
+def test_hopper_kernel_compiles_for_sm90a_without_spills(
+    compile_results: dict, source: str
+) -> None:
+    proc = _hopper_results(compile_results)[source]
+    assert proc.returncode == 0, f"nvcc failed for {source}:\n{_output(proc)}"
+    report = _output(proc)
+    if source != "flash_fwd_sm90.cu":  # the dispatcher has no kernel
+        assert "flash_fwd_sm90_kernel" in report, report
+        assert not _spill_problems(report), f"register spills or local memory:\n{report}"
+    own_warnings = [
+        line for line in report.splitlines() if "flash_fwd" in line and "warning" in line
+    ]
+    assert not own_warnings, "\n".join(own_warnings)
+
+
+def test_the_spill_check_catches_a_spilling_configuration(compile_results: dict) -> None:
+    proc = _hopper_results(compile_results)["spill_plant"]
+    assert proc.returncode == 0, _output(proc)
+    assert _spill_problems(_output(proc)), "the planted 192-row causal tile did not spill"
+
+
+def test_shared_memory_beyond_the_limit_fails_the_build(compile_results: dict) -> None:
+    proc = _hopper_results(compile_results)["smem_plant"]
+    assert proc.returncode != 0
+    assert "shared memory beyond Hopper's 227 KB per block" in _output(proc)
+
+
+def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
+    compile_results: dict,
+) -> None:
+    from kernels import cuda_flash_resources as res
+
+    report = _output(_hopper_results(compile_results)["flash_fwd_sm90_fp16_hdim128.cu"])
+    header = cuda_flash.HOPPER_KERNEL_HEADER.read_text()
+    short = {"shape": [2, 8, 2048, 128], "dtype": "float16", "causal": False}
+    long = {"shape": [1, 16, 16384, 128], "dtype": "float16", "causal": False}
+    causal = {"shape": [2, 8, 2048, 128], "dtype": "float16", "causal": True}
+    records = [res.hopper_records(report, p, header)[0] for p in (short, long, causal)]
+    assert [(r["config"]["BLOCK_M"], r["config"]["BLOCK_N"]) for r in records] == [
+        (128, 128),
+        (128, 192),
+        (128, 128),
+    ]
+    for record in records:
+        assert record["path"] == "hopper-wgmma-tma"
+        assert record["registers"] > 0 and record["spill_store_bytes"] == 0
+        assert record["num_warps"] == 12  # a producer and two consumer warpgroups
+    # 192-key tiles leave no room for O's own buffer: it shares the V ring.
+    assert records[1]["shared_bytes"] == 128 * 128 * 2 + 2 * 2 * 192 * 128 * 2 + 1024
+    assert records[0]["shared_bytes"] == 128 * 128 * 2 * 2 + 2 * 2 * 128 * 128 * 2 + 1024
+    flash_h = (cuda_flash.CSRC / "flash_fwd.h").read_text()
+    assert res.uses_hopper_kernel(short, "sm_90", flash_h)
+    assert not res.uses_hopper_kernel(short, "sm_80", flash_h)
+    tiny = {"shape": [1, 8, 128, 64], "dtype": "float16", "causal": False}
+    assert not res.uses_hopper_kernel(tiny, "sm_90", flash_h)  # mma.sync is faster there
+
+
+def test_the_cutlass_pin_is_installed_everywhere_the_kernel_builds() -> None:
+    root = Path(__file__).resolve().parent.parent
+    for script in ("install.sh", "ci/setup-runner.sh"):
+        text = (root / script).read_text()
+        assert f'--no-deps "{cuda_flash.CUTLASS_PIN}"' in text, script
 
 
 def test_standalone_stub_links_and_runs(compile_results: dict) -> None:
@@ -340,6 +456,86 @@ def test_matches_reference(
     q, k, v = _inputs(2, 3, 3, seq_q, seq_k, head_dim, dtype, seed=seq_q * 7919 + seq_k)
     out = cuda_flash.flash_attention_fwd(q, k, v, causal=causal)
     _check_against_reference(out, q, k, v, causal=causal)
+
+
+def _kernels() -> list[str]:
+    """The kernel paths this GPU runs: on Hopper both the wgmma one and mma.sync."""
+    if _GPU_REASON is None and torch.cuda.get_device_capability() == cuda_flash.HOPPER:
+        return ["hopper", "mma_sync"]
+    return ["auto"]
+
+
+KERNELS = _kernels() if torch.cuda.is_available() else ["auto"]
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize(
+    ("batch", "heads", "heads_kv", "seq_q", "seq_k"),
+    [
+        (1, 2, 2, 1, 1),
+        (2, 3, 3, 77, 77),
+        (1, 2, 2, 1000, 1000),
+        (1, 2, 2, 2049, 2049),
+        (1, 2, 1, 4097, 4097),  # one key head for both query heads
+        (2, 4, 2, 300, 1000),  # seq_q < seq_k
+        (2, 4, 2, 1000, 300),  # seq_q > seq_k
+        (1, 8, 1, 129, 255),
+    ],
+)
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_each_kernel_matches_reference_on_odd_shapes(
+    dtype: torch.dtype,
+    causal: bool,
+    head_dim: int,
+    batch: int,
+    heads: int,
+    heads_kv: int,
+    seq_q: int,
+    seq_k: int,
+    kernel: str,
+) -> None:
+    q, k, v = _inputs(batch, heads, heads_kv, seq_q, seq_k, head_dim, dtype, seed=seq_q + seq_k)
+    out = torch.full_like(q, float("nan"))  # a poisoned buffer: every element must be written
+    result = cuda_flash.flash_attention_fwd(q, k, v, causal=causal, out=out, kernel=kernel)
+    assert result.data_ptr() == out.data_ptr()
+    _check_against_reference(out, q, k, v, causal=causal)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_bf16_inputs_scaled_by_30(causal: bool, kernel: str) -> None:
+    # Scores in the thousands: the running max moves by large steps at every key tile.
+    q, k, v = _inputs(1, 4, 2, 700, 900, 128, torch.bfloat16, seed=30)
+    q, k = q * 30, k * 30
+    out = cuda_flash.flash_attention_fwd(q, k, v, causal=causal, kernel=kernel)
+    _check_against_reference(out, q, k, v, causal=causal)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_strided_views_and_strided_out(kernel: str) -> None:
+    # (B, S, H, D) memory viewed as (B, H, S, D) for q, k, v and out, as after a projection.
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    dtype = torch.float16
+
+    def bshd(seq: int, heads: int) -> torch.Tensor:
+        t = torch.randn(2, seq, heads, 128, generator=gen, device="cuda", dtype=dtype)
+        return t.transpose(1, 2)
+
+    q, k, v = bshd(517, 8), bshd(1031, 2), bshd(1031, 2)
+    out = torch.full((2, 517, 8, 128), float("nan"), device="cuda", dtype=dtype).transpose(1, 2)
+    cuda_flash.flash_attention_fwd(q, k, v, causal=True, out=out, kernel=kernel)
+    _check_against_reference(out, q, k, v, causal=True)
+    odd = torch.full((2, 8, 517, 130), float("nan"), device="cuda", dtype=dtype)[..., 1:129]
+    cuda_flash.flash_attention_fwd(q, k, v, out=odd, kernel=kernel)  # not 16-byte aligned
+    _check_against_reference(odd, q, k, v, causal=False)
 
 
 @pytest.mark.gpu

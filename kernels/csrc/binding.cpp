@@ -23,6 +23,7 @@ namespace {
 cudaStream_t current_stream(c10::DeviceIndex /*device*/) { return nullptr; }
 }  // namespace
 #else
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAStream.h>
 namespace {
 cudaStream_t current_stream(c10::DeviceIndex device) {
@@ -67,8 +68,40 @@ torch::Tensor kernel_ready(const torch::Tensor& t) {
 
 }  // namespace
 
+// Which kernel runs: the Hopper one where it is built and the GPU is sm_90, else the
+// mma.sync one. kAuto picks by shape; the others force one (benchmarks compare them).
+enum class KernelPath : int64_t { kAuto = 0, kMmaSync = 1, kHopper = 2 };
+
+namespace {
+
+bool tma_ready(const torch::Tensor& t) {
+  return t.stride(3) == 1 && t.stride(0) % 8 == 0 && t.stride(1) % 8 == 0 &&
+         t.stride(2) % 8 == 0 && reinterpret_cast<std::uintptr_t>(t.data_ptr()) % 16 == 0;
+}
+
+bool use_hopper(const torch::Tensor& q, KernelPath path) {
+#ifdef FLASH_SM90
+  const auto props = at::cuda::getDeviceProperties(q.device().index());
+  const bool hopper = props->major == 9 && props->minor == 0;
+  TORCH_CHECK(path != KernelPath::kHopper || hopper,
+              "flash_fwd: the Hopper kernel needs an sm_90 GPU, this one is sm_", props->major,
+              props->minor);
+  return hopper && path != KernelPath::kMmaSync;
+#else
+  TORCH_CHECK(path != KernelPath::kHopper,
+              "flash_fwd: this extension was built without the Hopper kernel");
+  (void)q;
+  return false;
+#endif
+}
+
+}  // namespace
+
 torch::Tensor flash_fwd(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool causal,
-                        double scale) {
+                        double scale, c10::optional<torch::Tensor> out_arg, int64_t path_arg) {
+  TORCH_CHECK(path_arg >= 0 && path_arg <= 2, "flash_fwd: path must be 0 (auto), 1 (mma.sync) ",
+              "or 2 (Hopper), got ", path_arg);
+  const auto path = static_cast<KernelPath>(path_arg);
   check_input(q, "q", q);
   check_input(k, "k", q);
   check_input(v, "v", q);
@@ -86,13 +119,29 @@ torch::Tensor flash_fwd(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool 
               " and ", v.size(2));
   TORCH_CHECK(std::isfinite(scale), "flash_fwd: scale must be finite, got ", scale);
 
-  auto out = torch::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
-  if (out.numel() == 0) return out;  // batch, heads or seq_q is 0: nothing to launch
+  torch::Tensor result;
+  if (out_arg.has_value()) {
+    result = *out_arg;
+    TORCH_CHECK(result.device() == q.device(), "flash_fwd: out is on ", result.device(),
+                " but q is on ", q.device());
+    TORCH_CHECK(result.scalar_type() == q.scalar_type(), "flash_fwd: out has dtype ",
+                result.scalar_type(), " but q has ", q.scalar_type());
+    TORCH_CHECK(result.sizes() == q.sizes(), "flash_fwd: out has shape ", result.sizes(),
+                " but q has ", q.sizes());
+  } else {
+    result = torch::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
+  }
+  if (result.numel() == 0) return result;  // batch, heads or seq_q is 0: nothing to launch
 
   const c10::DeviceGuard guard(q.device());
+  if (k.size(2) == 0) return result.zero_();  // no key: the empty sum (mma.sync writes 0 too)
   q = kernel_ready(q);
   k = kernel_ready(k);
   v = kernel_ready(v);
+  // The kernels write O with 16-byte stores (TMA on Hopper): an `out` they cannot write
+  // gets the result through a fresh tensor.
+  auto out = tma_ready(result) ? result : torch::empty(q.sizes(), q.options());
+  const bool hopper = use_hopper(q, path);
 
   FlashFwdParams p{};
   p.q = q.data_ptr();
@@ -121,13 +170,22 @@ torch::Tensor flash_fwd(torch::Tensor q, torch::Tensor k, torch::Tensor v, bool 
   p.causal = causal;
   p.is_bf16 = q.scalar_type() == at::kBFloat16;
 
-  const cudaError_t err = flash_fwd_launch(p, current_stream(q.device().index()));
+  const cudaStream_t stream = current_stream(q.device().index());
+#ifdef FLASH_SM90
+  const bool sm90 = hopper && (path == KernelPath::kHopper || flash_fwd_hopper_pays(p));
+  const cudaError_t err = sm90 ? flash_fwd_sm90_launch(p, stream) : flash_fwd_launch(p, stream);
+#else
+  (void)hopper;
+  const cudaError_t err = flash_fwd_launch(p, stream);
+#endif
   TORCH_CHECK(err == cudaSuccess, "flash_fwd: kernel launch failed: ", cudaGetErrorString(err));
-  return out;
+  if (!out.is_same(result)) result.copy_(out);
+  return result;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "FlashAttention-2 forward (mma.sync, fp16/bf16, head_dim 64/128)";
   m.def("flash_fwd", &flash_fwd, "FlashAttention-2 forward", py::arg("q"), py::arg("k"),
-        py::arg("v"), py::arg("causal"), py::arg("scale"));
+        py::arg("v"), py::arg("causal"), py::arg("scale"), py::arg("out") = py::none(),
+        py::arg("path") = 0);
 }

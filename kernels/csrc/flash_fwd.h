@@ -35,3 +35,19 @@ struct FlashFwdParams {
 // Launches the kernel on `stream`. Returns cudaErrorInvalidValue for a head_dim or
 // shape it does not support, else the launch's cudaGetLastError().
 cudaError_t flash_fwd_launch(const FlashFwdParams& params, cudaStream_t stream);
+
+// The Hopper kernel (flash_fwd_sm90*.cu: CuTe, wgmma, TMA, warp specialization), built
+// only for sm_90a. Same contract as flash_fwd_launch, plus seq_k >= 1 (the caller
+// returns zeros for an empty key axis) and the strides and pointers TMA needs (every
+// stride but the unit one a multiple of 8 elements, 16-byte aligned pointers, O too).
+cudaError_t flash_fwd_sm90_launch(const FlashFwdParams& params, cudaStream_t stream);
+
+// Below this much work (batch * heads * seq_q * seq_k) the mma.sync kernel is the faster
+// one on an H100: the Hopper kernel's four TMA descriptors cost more host time than such
+// a kernel runs (measured side by side: (1, 8, 128, 64) 0.87x cuDNN's time with
+// mma.sync, 0.94-1.31x with the Hopper kernel; (1, 8, 512, 64) 1.04x against 0.95x).
+constexpr long long kHopperMinWork = 1LL << 20;
+
+inline bool flash_fwd_hopper_pays(const FlashFwdParams& p) {
+  return static_cast<long long>(p.batch) * p.heads * p.seq_q * p.seq_k >= kHopperMinWork;
+}

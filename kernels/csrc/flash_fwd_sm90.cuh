@@ -1,0 +1,791 @@
+// FlashAttention forward for Hopper (sm_90a): CuTe/CUTLASS with wgmma, TMA and warp
+// specialization. Included by the flash_fwd_sm90_*.cu instantiation files (one per
+// dtype and head_dim, so that the extension build compiles them in parallel).
+//
+// Structure (FlashAttention-3, Shah et al. 2024; this is a condensed form of its first
+// public release, hopper/ in Dao-AILab/flash-attention at 7f67966, BSD-3-Clause):
+//  * One CTA = a producer warpgroup and 2 (head_dim 128) or 3 (head_dim 64) consumer
+//    warpgroups; each consumer warpgroup owns 64 query rows of the CTA's tile. The grid is
+//    persistent: one CTA per SM walks the (m_block, head, batch) tiles with a static
+//    stride, heaviest causal tiles first.
+//  * The producer's first warp loads Q once per tile and streams K and V through a
+//    kStages-deep shared-memory ring with TMA (cp.async.bulk.tensor), each stage
+//    completing on an mbarrier (cutlass::PipelineTmaAsync); out-of-bounds rows of the
+//    last tile are zero-filled by TMA and masked below.
+//  * Consumers: S = Q K^T (wgmma, both operands in shared memory), online softmax in
+//    fp32 registers with exp2, O += P V (wgmma, P from registers, V from shared memory).
+//    Two overlaps hide the softmax behind the tensor cores:
+//      - intra-warpgroup: tile j's S = Q K_j^T is issued before tile j-1's P V is waited
+//        for, so the softmax of one tile runs while the other's products are in flight;
+//      - inter-warpgroup ("ping-pong"): named barriers order the warpgroups' matrix
+//        products so one warpgroup's softmax runs while the other's products run.
+//    kIntraWarpgroupOverlap and kPingPong below turn each off (for the guard's tests).
+//  * Epilogue: O / rowsum in registers -> fp16/bf16 -> shared memory (stmatrix, the V
+//    ring's space) -> global memory by a TMA store, which clips rows past seq_q.
+//
+// Causal masking is top-left aligned (torch SDPA's is_causal): query i sees keys j <= i.
+// Limits: head_dim 64 or 128, fp16/bf16, seq_k >= 1 (the host returns zeros for 0);
+// strides of Q, K, V and O multiples of 8 elements and 16-byte aligned base pointers
+// (TMA's rules; binding.cpp copies anything else).
+#pragma once
+
+#include "flash_fwd.h"
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/array.h>
+#include <cutlass/cutlass.h>
+#include <cutlass/fast_math.h>
+#include <cutlass/numeric_conversion.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/pipeline.hpp>
+
+#include <atomic>
+#include <cmath>
+
+// Tile shapes (rows of Q per CTA, keys per step); overridable with -D for tuning runs
+// (nvcc splits -D values at commas, hence one macro per number).
+#ifndef FLASH_SM90_D64_FULL_M
+#define FLASH_SM90_D64_FULL_M 128
+#endif
+#ifndef FLASH_SM90_D64_FULL_N
+#define FLASH_SM90_D64_FULL_N 128
+#endif
+#ifndef FLASH_SM90_D64_CAUSAL_M
+#define FLASH_SM90_D64_CAUSAL_M 128  // 192 rows spill under 4 warpgroups' 128 registers
+#endif
+#ifndef FLASH_SM90_D64_CAUSAL_N
+#define FLASH_SM90_D64_CAUSAL_N 128
+#endif
+#ifndef FLASH_SM90_D128_FULL_N
+#define FLASH_SM90_D128_FULL_N 192  // long key axes
+#endif
+#ifndef FLASH_SM90_D128_FULL_SHORT_N
+#define FLASH_SM90_D128_FULL_SHORT_N 128  // seq_k <= FLASH_SM90_D128_SHORT_K
+#endif
+#ifndef FLASH_SM90_D128_SHORT_K
+#define FLASH_SM90_D128_SHORT_K 2048
+#endif
+#ifndef FLASH_SM90_D128_CAUSAL_N
+#define FLASH_SM90_D128_CAUSAL_N 128
+#endif
+#ifndef FLASH_SM90_CAUSAL_HEAVY_FIRST
+#define FLASH_SM90_CAUSAL_HEAVY_FIRST 1
+#endif
+#ifndef FLASH_SM90_STAGES
+#define FLASH_SM90_STAGES 2
+#endif
+
+namespace flash_sm90 {
+
+using namespace cute;
+
+// The two overlaps; a commit that sets one to false must show up as a regression.
+constexpr bool kIntraWarpgroupOverlap = true;
+constexpr bool kPingPong = true;
+
+// ---- named barriers (ids 1..15; 0 is __syncthreads) --------------------------------
+enum class Bar : int { QueryEmpty = 1, OutputReady = 2, OutputWritten = 3, WarpgroupBase = 4 };
+
+CUTLASS_DEVICE void bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+CUTLASS_DEVICE void bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// ---- kernel configuration ----------------------------------------------------------
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_>
+struct Traits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kConsumerWarpgroups = kBlockM / 64;
+  static constexpr int kMmaThreads = kConsumerWarpgroups * 128;
+  static constexpr int kThreads = kMmaThreads + 128;  // + the producer warpgroup
+  static constexpr int kWarps = kThreads / 32;
+  static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3);
+  // setmaxnreg: the producer gives its registers to the consumers (64K per SM).
+  static constexpr int kProducerRegs = kConsumerWarpgroups == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kConsumerWarpgroups == 2 ? 240 : 160;
+
+  using TileShape = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
+  using AtomLayout = Layout<Shape<Int<kConsumerWarpgroups>, _1, _1>>;
+  // S = Q K^T: A (Q) and B (K) from shared memory, both K-major (head_dim contiguous).
+  using TiledMmaQK = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, TileShape>(), AtomLayout{}));
+  // O = P V: A (P) from registers, B (V) from shared memory, MN-major (V is [key][dim]).
+  using TiledMmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, decltype(select<0, 2, 1>(TileShape{})),
+                           GMMA::Major::K, GMMA::Major::MN>(),
+      AtomLayout{}));
+
+  // head_dim * 2 bytes is a multiple of 128: the 128-byte swizzle for every tile.
+  using SmemAtom = GMMA::Layout_K_SW128_Atom<Element>;
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, select<0, 2>(TileShape{})));
+  using SmemLayoutK = decltype(tile_to_shape(
+      SmemAtom{}, make_shape(Int<kBlockN>{}, Int<kHeadDim>{}, Int<kStages>{})));
+  using SmemLayoutV = SmemLayoutK;
+  // V seen as (dim, key, stage): the same bytes, transposed view for the P V product.
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutV{},
+      make_layout(make_shape(Int<kHeadDim>{}, Int<kBlockN>{}, Int<kStages>{}),
+                  make_stride(Int<kBlockN>{}, _1{}, Int<kBlockN * kHeadDim>{}))));
+  using SmemLayoutO = SmemLayoutQ;
+
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+  using PipelineState = typename cutlass::PipelineState<kStages>;
+
+  // 1024-byte aligned: the 128-byte swizzle repeats every 1024 bytes, and TMA and the
+  // layouts above assume each buffer starts at a repeat.
+  using SmemQ = cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>, 1024>;
+  using SmemKV = cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>, 1024>;
+  using SmemO = cute::array_aligned<Element, cute::cosize_v<SmemLayoutO>, 1024>;
+  struct Barriers {
+    cutlass::arch::ClusterTransactionBarrier barrier_q;
+    cutlass::arch::ClusterBarrier barrier_o;
+    typename Pipeline::SharedStorage pipeline_k;
+    typename Pipeline::SharedStorage pipeline_v;
+  };
+  // O gets its own buffer where it fits, so that the next tile's V never waits for this
+  // tile's O store; else O is staged in the V ring's space (barrier_o orders the two).
+  static constexpr bool kSeparateO =
+      sizeof(SmemQ) + 2 * sizeof(SmemKV) + sizeof(SmemO) + sizeof(Barriers) + 1024 <=
+      227 * 1024;
+  struct StorageSeparateO {
+    SmemQ smem_q;
+    SmemKV smem_k;
+    SmemKV smem_v;
+    SmemO smem_o;
+    Barriers bars;
+  };
+  struct StorageSharedO {
+    SmemQ smem_q;
+    SmemKV smem_k;
+    union {
+      SmemKV smem_v;
+      SmemO smem_o;
+    };
+    Barriers bars;
+  };
+  using SharedStorage = std::conditional_t<kSeparateO, StorageSeparateO, StorageSharedO>;
+
+  using ShapeQKV = Shape<int32_t, int32_t, int32_t, int32_t>;  // (seq, dim, head, batch)
+  using StrideQKV = Stride<int64_t, _1, int64_t, int64_t>;
+  using TmaQ = decltype(make_tma_copy(
+      SM90_TMA_LOAD{},
+      make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeQKV{}, StrideQKV{}),
+      SmemLayoutQ{}, select<0, 2>(TileShape{}), _1{}));
+  using TmaKV = decltype(make_tma_copy(
+      SM90_TMA_LOAD{},
+      make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeQKV{}, StrideQKV{}),
+      take<0, 2>(SmemLayoutK{}), select<1, 2>(TileShape{}), _1{}));
+  using TmaO = decltype(make_tma_copy(
+      SM90_TMA_STORE{},
+      make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), ShapeQKV{}, StrideQKV{}),
+      SmemLayoutO{}, select<0, 2>(TileShape{}), _1{}));
+
+  static constexpr uint32_t kBytesQ = cute::cosize_v<SmemLayoutQ> * sizeof(Element);
+  static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
+};
+
+template <typename T>
+struct KernelParams {
+  typename T::ShapeQKV shape_q, shape_k;
+  typename T::TmaQ tma_q;
+  typename T::TmaKV tma_k, tma_v;
+  typename T::TmaO tma_o;
+  float scale_log2;
+  int num_m_blocks;
+  int heads;
+  int heads_per_kv;  // heads / heads_kv
+  int total_tiles;
+  int group_bh;  // causal tile order: (batch, head) pairs per L2-sized group
+  cutlass::FastDivmod m_block_divmod, head_divmod;
+};
+
+// ---- small tensor helpers (FlashAttention-3's utils.h) ------------------------------
+
+// Accumulator layout ((2, 2, V), MMA_M, MMA_N) as (rows=(2, MMA_M), cols=(2, V, MMA_N)).
+template <typename Layout>
+CUTLASS_DEVICE auto acc_rowcol(Layout l) {
+  static_assert(decltype(rank<0>(l))::value == 3);
+  return make_layout(make_layout(get<0, 1>(l), get<1>(l)),
+                     make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l)));
+}
+
+// S's accumulator layout as the A-operand register layout of the P V product.
+template <typename Layout>
+CUTLASS_DEVICE auto acc_as_a_operand(Layout l) {
+  using X = Underscore;
+  auto d = logical_divide(get<0>(l), Shape<X, X, _2>{});  // (2, 2, (2, N / 16))
+  return make_layout(make_layout(get<0>(d), get<1>(d), get<2, 0>(d)), get<1>(l),
+                     make_layout(get<2, 1>(d), get<2>(l)));
+}
+
+template <typename To, typename Engine, typename Layout>
+CUTLASS_DEVICE auto convert_type(Tensor<Engine, Layout> const& t) {
+  using From = typename Engine::value_type;
+  constexpr int n = decltype(size(t))::value;
+  cutlass::NumericArrayConverter<To, From, n> op;
+  auto frag = op(*reinterpret_cast<cutlass::Array<From, n> const*>(t.data()));
+  return make_tensor(make_rmem_ptr<To>(&frag), t.layout());
+}
+
+// Issue one warpgroup GEMM (all k-blocks) and commit it; wait only if asked.
+template <bool kZeroInit, int kWait, typename TiledMma, typename TA, typename TB, typename TC>
+CUTLASS_DEVICE void gemm(TiledMma& mma, TA const& a, TB const& b, TC& c) {
+  constexpr bool kRegA = !is_base_of<GMMA::DescriptorIterator, typename TiledMma::FrgTypeA>::value;
+  if constexpr (kRegA) warpgroup_fence_operand(const_cast<TA&>(a));
+  warpgroup_fence_operand(c);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTLASS_PRAGMA_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    cute::gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  if constexpr (kWait >= 0) warpgroup_wait<kWait>();
+  warpgroup_fence_operand(c);
+  if constexpr (kRegA) warpgroup_fence_operand(const_cast<TA&>(a));
+}
+
+CUTLASS_DEVICE float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+}
+CUTLASS_DEVICE float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 2);
+  return x + __shfl_xor_sync(0xffffffff, x, 1);
+}
+
+// ---- online softmax over a warpgroup's 64 rows (each thread holds kRows of them) -----
+template <int kRows>
+struct Softmax {
+  static constexpr int kRowsPerThread = kRows;
+  float row_max[kRows];
+  float row_sum[kRows];
+
+  // New row maxima; returns the factor by which O and the running sums are rescaled.
+  template <bool kFirst, typename TS>
+  CUTLASS_DEVICE void max(TS& acc_s, float scale_log2, float (&rescale)[kRows]) {
+    Tensor s = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
+    static_assert(decltype(size<0>(s))::value == kRows);
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      float m = kFirst ? -INFINITY : row_max[r];
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
+      m = quad_max(m);
+      if constexpr (kFirst) {
+        rescale[r] = 1.f;
+      } else {
+        // A row with every key masked so far keeps max -inf: use 0 to avoid inf - inf.
+        const float cur = m == -INFINITY ? 0.f : m;
+        rescale[r] = exp2f((row_max[r] - cur) * scale_log2);
+        row_sum[r] *= rescale[r];
+      }
+      row_max[r] = m;
+    }
+  }
+
+  // P = exp2(S * scale - max * scale), accumulated into the row sums (per thread).
+  template <bool kFirst, typename TS>
+  CUTLASS_DEVICE void exp_sum(TS& acc_s, float scale_log2) {
+    Tensor s = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float shift = row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2;
+      float sum = kFirst ? 0.f : row_sum[r];
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < size<1>(s); ++c) {
+        s(r, c) = exp2f(s(r, c) * scale_log2 - shift);
+        sum += s(r, c);
+      }
+      row_sum[r] = sum;
+    }
+  }
+
+  // 1 / rowsum (0 for a row that saw no key: cannot happen with seq_k >= 1).
+  CUTLASS_DEVICE void finalize(float (&rescale)[kRows]) {
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = quad_sum(row_sum[r]);
+      rescale[r] = (sum == 0.f || sum != sum) ? 0.f : 1.f / sum;
+    }
+  }
+
+  template <typename TO>
+  CUTLASS_DEVICE static void rescale_o(TO& acc_o, float const (&rescale)[kRows]) {
+    Tensor o = make_tensor(acc_o.data(), acc_rowcol(acc_o.layout()));
+    static_assert(decltype(size<0>(o))::value == kRows);
+    CUTLASS_PRAGMA_UNROLL
+    for (int r = 0; r < kRows; ++r) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int c = 0; c < size<1>(o); ++c) o(r, c) *= rescale[r];
+    }
+  }
+};
+
+// ---- tiles ---------------------------------------------------------------------------
+struct Tile {
+  int m_block, head, batch;
+};
+
+template <typename T>
+CUTLASS_DEVICE Tile tile_of(KernelParams<T> const& p, int index, bool causal) {
+  int m_block, head;
+#if FLASH_SM90_CAUSAL_HEAVY_FIRST
+  if (causal) {
+    // Causal: the last query blocks see the most keys. Within a group of (batch, head)
+    // pairs whose K and V fit in half the L2, every pair's last block goes first, so the
+    // light blocks fill the grid's tail (longest processing time first) while the
+    // group's keys stay in L2.
+    const int group_tiles = p.group_bh * p.num_m_blocks;
+    const int group = index / group_tiles;
+    const int first_bh = group * p.group_bh;
+    const int group_size = min(p.group_bh, p.total_tiles / p.num_m_blocks - first_bh);
+    const int rest = index - group * group_tiles;
+    const int m_from_end = rest / group_size;
+    const int bh = first_bh + rest - m_from_end * group_size;
+    const int batch = p.head_divmod.divmod(head, bh);
+    return {p.num_m_blocks - 1 - m_from_end, head, batch};
+  }
+#endif
+  const int batch = p.head_divmod.divmod(head, p.m_block_divmod.divmod(m_block, index));
+  if (causal) m_block = p.num_m_blocks - 1 - m_block;
+  return {m_block, head, batch};
+}
+
+template <typename T, bool kCausal>
+CUTLASS_DEVICE int n_block_count(KernelParams<T> const& p, int m_block) {
+  constexpr int kBlockN = T::kBlockN;
+  const int seq_k = get<0>(p.shape_k);
+  int n = (seq_k + kBlockN - 1) / kBlockN;
+  if constexpr (kCausal) n = min(n, ((m_block + 1) * T::kBlockM + kBlockN - 1) / kBlockN);
+  return n;
+}
+
+// ---- producer: TMA loads of Q, K, V ------------------------------------------------
+template <typename T, bool kCausal>
+CUTLASS_DEVICE void load_tile(KernelParams<T> const& p, typename T::SharedStorage& smem,
+                              typename T::Pipeline& pipe_k, typename T::Pipeline& pipe_v,
+                              typename T::PipelineState& write_k,
+                              typename T::PipelineState& write_v, Tile tile, int work) {
+  using TileShape = typename T::TileShape;
+  Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename T::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename T::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.smem_v.data()), typename T::SmemLayoutV{});
+  Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
+  Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
+  Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
+  const int head_kv = tile.head / p.heads_per_kv;
+  Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), select<0, 2>(TileShape{}),
+                         make_coord(tile.m_block, _0{}));
+  Tensor gK = local_tile(mK(_, _, head_kv, tile.batch), select<1, 2>(TileShape{}),
+                         make_coord(_, _0{}));
+  Tensor gV = local_tile(mV(_, _, head_kv, tile.batch), select<1, 2>(TileShape{}),
+                         make_coord(_, _0{}));
+  Tensor sQx = make_tensor(sQ.data(), make_layout(sQ.layout(), Layout<_1>{}));
+  Tensor gQx = make_tensor(gQ.data(), make_layout(gQ.layout(), Layout<_1>{}));
+  auto [tQgQ, tQsQ] =
+      tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQx), group_modes<0, 2>(gQx));
+  auto [tKgK, tKsK] =
+      tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+  auto [tVgV, tVsV] =
+      tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+
+  int n_block = n_block_count<T, kCausal>(p, tile.m_block) - 1;
+  const bool leader = cute::elect_one_sync();
+  if (leader) {
+    pipe_k.producer_acquire(write_k);
+    copy(p.tma_k.with(*pipe_k.producer_get_barrier(write_k), 0), tKgK(_, n_block),
+         tKsK(_, write_k.index()));
+    ++write_k;
+  }
+  // Q's buffer is free once every consumer is past its last Q K^T of the previous tile.
+  bar_sync(int(Bar::QueryEmpty), T::kMmaThreads + 32);
+  if (leader) {
+    smem.bars.barrier_q.arrive_and_expect_tx(T::kBytesQ);
+    copy(p.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(
+                          smem.bars.barrier_q),
+                      0),
+         tQgQ, tQsQ);
+  }
+  // V's ring holds the previous tile's O until its TMA store has read it.
+  if constexpr (!T::kSeparateO) smem.bars.barrier_o.wait((work + 1) % 2);
+  if (leader) {
+#pragma unroll 2
+    for (; n_block > 0; --n_block) {
+      pipe_k.producer_acquire(write_k);
+      copy(p.tma_k.with(*pipe_k.producer_get_barrier(write_k), 0), tKgK(_, n_block - 1),
+           tKsK(_, write_k.index()));
+      ++write_k;
+      pipe_v.producer_acquire(write_v);
+      copy(p.tma_v.with(*pipe_v.producer_get_barrier(write_v), 0), tVgV(_, n_block),
+           tVsV(_, write_v.index()));
+      ++write_v;
+    }
+    pipe_v.producer_acquire(write_v);
+    copy(p.tma_v.with(*pipe_v.producer_get_barrier(write_v), 0), tVgV(_, n_block),
+         tVsV(_, write_v.index()));
+    ++write_v;
+  }
+}
+
+// ---- consumers: the ping-pong between warpgroups --------------------------------------
+template <typename T>
+CUTLASS_DEVICE void warpgroup_turn_wait() {
+  if constexpr (kPingPong) {
+    bar_sync(int(Bar::WarpgroupBase) + cutlass::canonical_warp_group_idx(), T::kMmaThreads);
+  }
+}
+
+template <typename T>
+CUTLASS_DEVICE void warpgroup_turn_pass() {
+  if constexpr (kPingPong) {
+    const int wg = cutlass::canonical_warp_group_idx();  // 1 .. kConsumerWarpgroups
+    if constexpr (T::kConsumerWarpgroups == 2) {
+      bar_arrive(int(Bar::WarpgroupBase) + (3 - wg), T::kMmaThreads);
+    } else {  // 3: pass to the next two
+      bar_arrive(int(Bar::WarpgroupBase) + (wg <= 2 ? wg + 1 : wg + 1 - 3), T::kMmaThreads);
+      bar_arrive(int(Bar::WarpgroupBase) + (wg <= 1 ? wg + 2 : wg + 2 - 3), T::kMmaThreads);
+    }
+  }
+}
+
+template <typename T>
+CUTLASS_DEVICE void consumers_start() {
+  bar_arrive(int(Bar::QueryEmpty), T::kMmaThreads + 32);
+  if constexpr (kPingPong) {
+    const int wg = cutlass::canonical_warp_group_idx();
+    if (wg > 1) bar_arrive(int(Bar::WarpgroupBase) + 1, T::kMmaThreads);
+    if constexpr (T::kConsumerWarpgroups == 3) {
+      if (wg > 2) bar_arrive(int(Bar::WarpgroupBase) + 2, T::kMmaThreads);
+    }
+  }
+}
+
+template <typename T, bool kCausal, typename TO, typename SM>
+CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStorage& smem,
+                                typename T::Pipeline& pipe_k, typename T::Pipeline& pipe_v,
+                                typename T::PipelineState& read_k,
+                                typename T::PipelineState& read_v, TO& tOrO, SM& softmax,
+                                int n_blocks, int thread, int work, int m_block,
+                                float (&rescale)[SM::kRowsPerThread]) {
+  using TileShape = typename T::TileShape;
+  constexpr int kBlockM = T::kBlockM;
+  constexpr int kBlockN = T::kBlockN;
+  Tensor sQ = make_tensor(make_smem_ptr(smem.smem_q.data()), typename T::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.smem_k.data()), typename T::SmemLayoutK{});
+  Tensor sVt = make_tensor(make_smem_ptr(smem.smem_v.data()), typename T::SmemLayoutVt{});
+  typename T::TiledMmaQK mma_qk;
+  typename T::TiledMmaPV mma_pv;
+  mma_pv.accumulate_ = GMMA::ScaleOut::Zero;  // the first P V product overwrites O
+  auto thr_qk = mma_qk.get_thread_slice(thread);
+  auto thr_pv = mma_pv.get_thread_slice(thread);
+  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
+  Tensor tSrK = thr_qk.partition_fragment_B(sK);
+  Tensor tOrV = thr_pv.partition_fragment_B(sVt);
+  auto wait = [](auto& pipe, auto& state) {
+    auto token = pipe.consumer_try_wait(state);
+    pipe.consumer_wait(state, token);
+  };
+
+  const int seq_k = get<0>(p.shape_k);
+  int n_block = n_blocks - 1;
+  Tensor cS = make_identity_tensor(select<0, 1>(TileShape{}));
+  Tensor tScS = thr_qk.partition_C(cS);
+  // Key columns (within tile n) that row `row` (within the CTA's tile) may not see.
+  auto causal_limit = [&](int row, int n) { return row + 1 + m_block * kBlockM - n * kBlockN; };
+
+  auto token_q = static_cast<cutlass::BarrierStatus>(smem.bars.barrier_q.try_wait(work % 2));
+  if (token_q == cutlass::BarrierStatus::WaitAgain) smem.bars.barrier_q.wait(work % 2);
+
+  Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
+  wait(pipe_k, read_k);
+  warpgroup_turn_wait<T>();
+  gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, read_k.index()), tSrS);
+  warpgroup_turn_pass<T>();
+  if (!T::kSeparateO && work != 0) {
+    // The previous tile's O store has read the V ring's space: the producer may refill it.
+    if (cutlass::canonical_warp_idx_sync() == T::kWarps - 1 && cute::elect_one_sync()) {
+      tma_store_wait<0>();
+      smem.bars.barrier_o.arrive();
+    }
+  }
+  warpgroup_wait<0>();
+  pipe_k.consumer_release(read_k);
+  ++read_k;
+  CUTLASS_PRAGMA_UNROLL
+  for (int i = 0; i < size(tSrS); ++i) {
+    const int col = int(get<1>(tScS(i)));
+    int limit = seq_k - n_block * kBlockN;
+    if constexpr (kCausal) limit = min(limit, causal_limit(int(get<0>(tScS(i))), n_block));
+    if (col >= limit) tSrS(i) = -INFINITY;
+  }
+  softmax.template max<true>(tSrS, p.scale_log2, rescale);
+  softmax.template exp_sum<true>(tSrS, p.scale_log2);
+  Tensor tOrP = make_tensor(convert_type<typename T::Element>(tSrS).data(),
+                            acc_as_a_operand(tSrS.layout()));
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < SM::kRowsPerThread; ++r) rescale[r] = 1.f;
+
+  // One step: S_j = Q K_j^T issued, then (overlapped) O += P_{j+1} V_{j+1}, then softmax of S_j.
+  auto step = [&](auto masked) {
+    Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
+    wait(pipe_k, read_k);
+    warpgroup_turn_wait<T>();
+    gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, read_k.index()), tSrS);
+    if constexpr (!kIntraWarpgroupOverlap) warpgroup_wait<0>();
+    SM::rescale_o(tOrO, rescale);
+    wait(pipe_v, read_v);
+    gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
+    warpgroup_turn_pass<T>();
+    warpgroup_wait<1>();
+    pipe_k.consumer_release(read_k);
+    if constexpr (decltype(masked)::value) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) {
+        if (int(get<1>(tScS(i))) >= causal_limit(int(get<0>(tScS(i))), n_block - 1)) {
+          tSrS(i) = -INFINITY;
+        }
+      }
+    }
+    softmax.template max<false>(tSrS, p.scale_log2, rescale);
+    softmax.template exp_sum<false>(tSrS, p.scale_log2);
+    warpgroup_wait<0>();
+    pipe_v.consumer_release(read_v);
+    ++read_k;
+    ++read_v;
+    cute::copy(make_tensor(convert_type<typename T::Element>(tSrS).data(),
+                           acc_as_a_operand(tSrS.layout())),
+               tOrP);
+  };
+
+  if constexpr (kCausal) {
+    // Key blocks after the first that cross the diagonal: the diagonal of this tile
+    // starts at column m_block * kBlockM, a multiple of kBlockN when kBlockN divides
+    // kBlockM (top-left alignment), so it crosses kBlockM / kBlockN blocks, the first
+    // one included; otherwise at most one more.
+    constexpr int kMaskedSteps =
+        kBlockM % kBlockN == 0 ? kBlockM / kBlockN - 1 : cute::ceil_div(kBlockM, kBlockN);
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < kMaskedSteps && n_block > 0; ++s, --n_block) step(cute::true_type{});
+  }
+  CUTLASS_PRAGMA_NO_UNROLL
+  for (; n_block > 0; --n_block) step(cute::false_type{});
+
+  // Q is no longer read: the producer may load the next tile's.
+  bar_arrive(int(Bar::QueryEmpty), T::kMmaThreads + 32);
+  SM::rescale_o(tOrO, rescale);
+  wait(pipe_v, read_v);
+  gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
+  softmax.finalize(rescale);
+  warpgroup_wait<0>();
+  pipe_v.consumer_release(read_v);
+  ++read_v;
+  SM::rescale_o(tOrO, rescale);
+}
+
+template <typename T, typename TO>
+CUTLASS_DEVICE void store_tile(KernelParams<T> const& p, typename T::SharedStorage& smem,
+                               TO const& tOrO, int thread, Tile tile) {
+  using TileShape = typename T::TileShape;
+  Tensor sO = make_tensor(make_smem_ptr(smem.smem_o.data()), typename T::SmemLayoutO{});
+  typename T::TiledMmaPV mma_pv;
+  auto copy_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, typename T::Element>{}, mma_pv);
+  auto thr_copy_o = copy_o.get_thread_slice(thread);
+  Tensor out = convert_type<typename T::Element>(tOrO);
+  Tensor tOrOut = thr_copy_o.retile_S(out);
+  Tensor tOsO = thr_copy_o.partition_D(sO);
+  if constexpr (T::kSeparateO) {
+    // The previous tile's O store has read the buffer (only its issuing thread can wait).
+    if (cutlass::canonical_warp_idx_sync() == T::kWarps - 1 && cute::elect_one_sync()) {
+      tma_store_wait<0>();
+    }
+  }
+  // Every warpgroup has finished reading V (whose space O may take), and the buffer is free.
+  bar_sync(int(Bar::OutputReady), T::kMmaThreads);
+  cute::copy(copy_o, tOrOut, tOsO);
+  cutlass::arch::fence_view_async_shared();  // stmatrix writes -> visible to the TMA store
+  bar_arrive(int(Bar::OutputWritten), T::kMmaThreads + 32);
+  if (cutlass::canonical_warp_idx_sync() == T::kWarps - 1) {
+    bar_sync(int(Bar::OutputWritten), T::kMmaThreads + 32);
+    Tensor mO = p.tma_o.get_tma_tensor(p.shape_q);
+    Tensor gO = local_tile(mO(_, _, tile.head, tile.batch), select<0, 2>(TileShape{}),
+                           make_coord(tile.m_block, _0{}));
+    auto block_tma_o = p.tma_o.get_slice(_0{});
+    if (cute::elect_one_sync()) {
+      cute::copy(p.tma_o, block_tma_o.partition_S(sO), block_tma_o.partition_D(gO));
+      tma_store_arrive();
+    }
+  }
+}
+
+template <typename T, bool kCausal>
+__global__ void __launch_bounds__(T::kThreads, 1)
+    flash_fwd_sm90_kernel(CUTE_GRID_CONSTANT KernelParams<T> const p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using Pipeline = typename T::Pipeline;
+  using PipelineState = typename T::PipelineState;
+  extern __shared__ __align__(1024) char smem_raw[];
+  auto& smem = *reinterpret_cast<typename T::SharedStorage*>(smem_raw);
+
+  const int warp = cutlass::canonical_warp_idx_sync();
+  const int warpgroup = cutlass::canonical_warp_group_idx();
+  if (warp == 0 && cute::elect_one_sync()) {
+    cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_o.get_tma_descriptor());
+    smem.bars.barrier_q.init(1);
+    smem.bars.barrier_o.init(1);
+  }
+  typename Pipeline::Params pipe_params;
+  pipe_params.transaction_bytes = T::kBytesKV;
+  pipe_params.role = warpgroup == 0 ? Pipeline::ThreadCategory::Producer
+                                    : Pipeline::ThreadCategory::Consumer;
+  pipe_params.is_leader = threadIdx.x % 128 == 0;
+  pipe_params.num_consumers = T::kMmaThreads;
+  // The pipelines' constructors fence the barrier inits.
+  Pipeline pipe_k(smem.bars.pipeline_k, pipe_params, Shape<_1, _1, _1>{});
+  Pipeline pipe_v(smem.bars.pipeline_v, pipe_params, Shape<_1, _1, _1>{});
+  __syncthreads();
+
+  if (warpgroup == 0) {  // producer
+    cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
+    if (warp == 0) {
+      PipelineState write_k = cutlass::make_producer_start_state<Pipeline>();
+      PipelineState write_v = cutlass::make_producer_start_state<Pipeline>();
+      int work = 0;
+      for (int index = blockIdx.x; index < p.total_tiles; index += gridDim.x, ++work) {
+        load_tile<T, kCausal>(p, smem, pipe_k, pipe_v, write_k, write_v,
+                              tile_of(p, index, kCausal), work);
+      }
+      if (cute::elect_one_sync()) {  // every stage released before the CTA may exit
+        pipe_k.producer_tail(write_k);
+        pipe_v.producer_tail(write_v);
+      }
+    }
+  } else {  // consumers
+    cutlass::arch::warpgroup_reg_alloc<T::kConsumerRegs>();
+    typename T::TiledMmaPV mma_pv;
+    PipelineState read_k, read_v;
+    const int thread = threadIdx.x - 128;
+    consumers_start<T>();
+    int work = 0;
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (int index = blockIdx.x; index < p.total_tiles; index += gridDim.x, ++work) {
+      const Tile tile = tile_of(p, index, kCausal);
+      Tensor tOrO = partition_fragment_C(mma_pv, select<0, 2>(typename T::TileShape{}));
+      using SM = Softmax<2 * (2 * T::kBlockM / T::kMmaThreads)>;
+      SM softmax;
+      float rescale[SM::kRowsPerThread];
+      attend_tile<T, kCausal>(p, smem, pipe_k, pipe_v, read_k, read_v, tOrO, softmax,
+                              n_block_count<T, kCausal>(p, tile.m_block), thread, work,
+                              tile.m_block, rescale);
+      store_tile<T>(p, smem, tOrO, thread, tile);
+    }
+    tma_store_wait<0>();
+  }
+#endif
+}
+
+// ---- host side -----------------------------------------------------------------------
+template <typename T, bool kCausal>
+cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
+  using Element = typename T::Element;
+  using StrideQKV = typename T::StrideQKV;
+  typename T::ShapeQKV shape_q{fp.seq_q, fp.head_dim, fp.heads, fp.batch};
+  typename T::ShapeQKV shape_k{fp.seq_k, fp.head_dim, fp.heads_kv, fp.batch};
+  auto q = make_tensor(make_gmem_ptr(static_cast<Element const*>(fp.q)), shape_q,
+                       StrideQKV{fp.q_row_stride, _1{}, fp.q_head_stride, fp.q_batch_stride});
+  auto k = make_tensor(make_gmem_ptr(static_cast<Element const*>(fp.k)), shape_k,
+                       StrideQKV{fp.k_row_stride, _1{}, fp.k_head_stride, fp.k_batch_stride});
+  auto v = make_tensor(make_gmem_ptr(static_cast<Element const*>(fp.v)), shape_k,
+                       StrideQKV{fp.v_row_stride, _1{}, fp.v_head_stride, fp.v_batch_stride});
+  auto o = make_tensor(make_gmem_ptr(static_cast<Element*>(fp.o)), shape_q,
+                       StrideQKV{fp.o_row_stride, _1{}, fp.o_head_stride, fp.o_batch_stride});
+  using TileShape = typename T::TileShape;
+  KernelParams<T> p{
+      shape_q,
+      shape_k,
+      make_tma_copy(SM90_TMA_LOAD{}, q, typename T::SmemLayoutQ{}, select<0, 2>(TileShape{}), _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename T::SmemLayoutK{}),
+                    select<1, 2>(TileShape{}), _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename T::SmemLayoutV{}),
+                    select<1, 2>(TileShape{}), _1{}),
+      make_tma_copy(SM90_TMA_STORE{}, o, typename T::SmemLayoutO{}, select<0, 2>(TileShape{}),
+                    _1{}),
+      fp.scale_log2,
+      cute::ceil_div(fp.seq_q, T::kBlockM),
+      fp.heads,
+      fp.heads / fp.heads_kv,
+      0,
+      1,
+      {},
+      {}};
+  const long long tiles = static_cast<long long>(p.num_m_blocks) * fp.heads * fp.batch;
+  if (tiles > INT32_MAX) return cudaErrorInvalidValue;
+  p.total_tiles = static_cast<int>(tiles);
+  p.m_block_divmod = cutlass::FastDivmod(p.num_m_blocks);
+  p.head_divmod = cutlass::FastDivmod(fp.heads);
+
+  auto kernel = flash_fwd_sm90_kernel<T, kCausal>;
+  constexpr int kSmemBytes = static_cast<int>(sizeof(typename T::SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory beyond Hopper's 227 KB per block");
+  // Per device, once: the kernel's shared-memory limit, SM count and L2 size (each
+  // query costs microseconds, as much as a small problem's whole kernel).
+  struct DeviceInfo {
+    std::atomic<bool> ready{false};
+    int sms = 0, l2_bytes = 0;
+  };
+  static DeviceInfo devices[64];
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  if (device < 0 || device >= 64) return cudaErrorInvalidDevice;
+  DeviceInfo& info = devices[device];
+  if (!info.ready.load(std::memory_order_acquire)) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info.l2_bytes, cudaDevAttrL2CacheSize, device);
+    if (err != cudaSuccess) return err;
+    info.ready.store(true, std::memory_order_release);  // a race sets the same values twice
+  }
+  const int sms = info.sms;
+  const int l2_bytes = info.l2_bytes;
+  // K and V of one query head (shared by heads_per_kv of them under GQA).
+  const double kv_bytes = 2.0 * fp.seq_k * fp.head_dim * sizeof(Element) / p.heads_per_kv;
+  const double pairs = (l2_bytes / 2) / (kv_bytes > 1.0 ? kv_bytes : 1.0);
+  const int bh_total = fp.heads * fp.batch;
+  p.group_bh = pairs < 1.0 ? 1 : (pairs > bh_total ? bh_total : static_cast<int>(pairs));
+  const int grid = p.total_tiles < sms ? p.total_tiles : sms;
+  kernel<<<grid, T::kThreads, kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace flash_sm90
+
+// One (dtype, head_dim) pair, causal or not. Each flash_fwd_sm90_*.cu instantiates one,
+// so that the extension build compiles the four in parallel.
+#define FLASH_SM90_INSTANTIATE(ELEMENT, HEAD_DIM, NAME)                                    \
+  cudaError_t NAME(const FlashFwdParams& p, cudaStream_t stream) {                         \
+    using namespace flash_sm90;                                                            \
+    constexpr int S = FLASH_SM90_STAGES;                                                   \
+    if constexpr (HEAD_DIM == 64) {                                                        \
+      return p.causal ? launch<Traits<64, FLASH_SM90_D64_CAUSAL_M, FLASH_SM90_D64_CAUSAL_N, S, ELEMENT>, true>(p, stream) \
+                      : launch<Traits<64, FLASH_SM90_D64_FULL_M, FLASH_SM90_D64_FULL_N, S, ELEMENT>, false>(p, stream); \
+    } else {                                                                               \
+      return p.causal                                                                      \
+                 ? launch<Traits<128, 128, FLASH_SM90_D128_CAUSAL_N, S, ELEMENT>, true>(p, stream)  \
+             : p.seq_k <= FLASH_SM90_D128_SHORT_K                                              \
+                 ? launch<Traits<128, 128, FLASH_SM90_D128_FULL_SHORT_N, S, ELEMENT>, false>(p, stream) \
+                 : launch<Traits<128, 128, FLASH_SM90_D128_FULL_N, S, ELEMENT>, false>(p, stream);  \
+    }                                                                                      \
+  }
