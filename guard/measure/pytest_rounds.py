@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -195,6 +196,11 @@ class PytestSession:
         env["PYTHONPATH"] = os.pathsep.join(paths)
         env["GUARD_PYTEST_OUTCOMES"] = str(outcomes)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        # The environment's size moves the process's initial stack, and with it the
+        # alignment of everything on it: a fixed difference between the trees (their
+        # paths) could slow one tree's every round by a few percent. A random size per
+        # process turns that into noise between rounds, which the interval accounts for.
+        env["GUARD_LAYOUT_PAD"] = "." * random.randrange(0, 4096)
         if self.device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""  # --device cpu: the suite sees no GPU
         return env
