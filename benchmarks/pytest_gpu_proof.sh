@@ -89,6 +89,11 @@ part() {  # name example device source pytest-args...
 }
 
 say "pytest-benchmark paired proof: $(date -u +%FT%TZ), host $(hostname), rounds $ROUNDS (max $MAX_ROUNDS)"
+if ! python3 -c 'import pytest_benchmark' 2>/dev/null; then
+  say "pytest-benchmark is not installed here (pip install pytest-benchmark)"
+  exit 3
+fi
+say "$(python3 -c 'import pytest, pytest_benchmark; print("pytest", pytest.__version__, "pytest-benchmark", pytest_benchmark.__version__)')"
 for p in $PARTS; do
   case $p in
     gpu)
