@@ -10,6 +10,8 @@
 #             kernel (no intra-warpgroup overlap; about 3.5% at (4, 16, 1024, 64) on an H100)
 #   ws-off    a planted regression in the portable Triton kernel (its warp-specialized
 #             TMA path off)
+#   cuda-overlap-off a planted regression in the CUDA C++ kernel's Hopper path: its
+#             intra-warpgroup overlap off (each Q K^T waited for before the softmax)
 #   ws-bursts the same PR measured in "bursts" (synchronized 1 ms samples, GPU idles)
 #   refresh   baseline refresh of this GPU under the current plan
 #   against   `guard compare --against` as a developer runs it: a git repository of this
@@ -85,6 +87,7 @@ _os.waitpid(_pid, 0)'
 
 WS_OFF='s/and env.triton_ws$/and False/'
 GLUON_OFF='s/(128, False): (2048 \* 2048,/(128, False): (4096 * 4096,/'
+CUDA_OVERLAP_OFF='s/^constexpr bool kIntraWarpgroupOverlap = true;/constexpr bool kIntraWarpgroupOverlap = false;/'
 OVERLAP_OFF='s/(64, True): (1024 \* 1024, "simple-overlap"/(64, True): (1024 * 1024, "simple"/'
 for p in "$@"; do
   case $p in
@@ -93,6 +96,8 @@ for p in "$@"; do
     gluon-off) check gluon-off "$(pr_tree gluon-off "$GLUON_OFF" flash_plan.py)" --html ;;
     overlap-off) check overlap-off "$(pr_tree overlap-off "$OVERLAP_OFF" flash_plan.py)" ;;
     ws-off) check ws-off "$(pr_tree ws-off "$WS_OFF" flash_plan.py)" ;;
+    cuda-overlap-off)
+      check cuda-overlap-off "$(pr_tree cuda-overlap-off "$CUDA_OVERLAP_OFF" csrc/flash_fwd_sm90.cuh)" ;;
     ws-bursts)
       sed 's/load: sustained/load: bursts/' suites/default.yaml > /tmp/bursts.yaml
       cp /tmp/bursts.yaml suites/bursts.yaml

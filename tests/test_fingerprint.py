@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,7 @@ from guard.measure import fingerprint as fp
 pytest.importorskip("triton")
 ROOT = Path(__file__).resolve().parent.parent
 
-KERNEL = '''
+KERNEL = """
 import torch
 import triton
 import triton.language as tl
@@ -33,7 +34,7 @@ def _scale(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 def launch(x, y, block={block}):
     n = x.numel()
     _scale[(triton.cdiv(n, block),)](x, y, n, BLOCK=block)
-'''
+"""
 
 
 CHILD = """
@@ -174,3 +175,23 @@ def test_an_extra_device_kernel_or_another_extension_binary_changes_the_fingerpr
     assert base.startswith("gpu:") and fp.fingerprint([], [attn], {"ext": "aa"}) == base
     assert fp.fingerprint([], [attn, copy], {"ext": "aa"}) != base
     assert fp.fingerprint([], [attn], {"ext": "bb"}) != base
+
+
+def test_a_shared_object_loaded_outside_sys_modules_counts(tmp_path):
+    # torch's cpp_extension.load imports a built extension with module_from_spec, which
+    # never enters sys.modules; ctypes neither. The fingerprint must still see its bytes.
+    import ctypes
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a shared object")
+    source = tmp_path / "ext.c"
+    source.write_text(f"int planted(void) {{ return {secrets.randbelow(1 << 30)}; }}\n")
+    ext = tmp_path / "built_ext.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(ext), str(source)], check=True)
+    ctypes.CDLL(str(ext))
+    digest = hashlib.sha256(ext.read_bytes()).hexdigest()
+    assert fp.loaded_extensions().get(str(ext)) == digest
+    # The system's own libraries are the same for both arms and stay out.
+    assert not any(path.startswith("/usr/") for path in fp.loaded_extensions())

@@ -192,17 +192,45 @@ def _kernels_of(prof: Any) -> list[dict[str, Any]]:
     return out
 
 
+# Shared objects of the system (the driver, libc) are the same for both arms.
+_SYSTEM_DIRS = ("/usr/", "/lib/", "/lib64/", "/etc/")
+
+
+def _mapped_shared_objects() -> list[str]:
+    """Files this process has mapped that look like shared objects (Linux: /proc/self/maps).
+
+    An extension loaded through ``importlib.util.module_from_spec`` (as torch's
+    ``cpp_extension.load`` does) or ``ctypes`` never enters ``sys.modules``; its mapping
+    is still there."""
+    try:
+        text = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    paths = set()
+    for line in text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) == 6:
+            path = fields[5].strip()
+            if path.startswith("/") and (path.endswith(".so") or ".so." in path):
+                paths.add(path)
+    return sorted(paths)
+
+
 def loaded_extensions() -> dict[str, str]:
-    """Compiled modules loaded from outside the Python installation (built extensions),
-    by module name: the sha256 of each shared object."""
+    """Compiled code loaded from outside the Python installation and the system (built
+    extensions, however they were loaded), by path: the sha256 of each shared object."""
     installed = {sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages()}
-    roots = tuple(installed)
+    roots = tuple(os.path.join(root, "") for root in installed) + _SYSTEM_DIRS
+    paths = [
+        getattr(module, "__file__", None) or "" for module in list(sys.modules.values())
+    ] + _mapped_shared_objects()
     out = {}
-    for name, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None) or ""
-        if path.endswith((".so", ".pyd")) and not path.startswith(roots):
-            with contextlib.suppress(OSError):
-                out[name] = _file_digest(path, os.stat(path).st_mtime_ns)
+    for path in dict.fromkeys(paths):
+        if path.endswith((".so", ".pyd")) or ".so." in os.path.basename(path):
+            if path.startswith(roots):
+                continue
+            with contextlib.suppress(OSError, files.FileRefused):
+                out[path] = _file_digest(path, os.stat(path).st_mtime_ns)
     return out
 
 
