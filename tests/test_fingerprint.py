@@ -195,3 +195,27 @@ def test_a_shared_object_loaded_outside_sys_modules_counts(tmp_path):
     assert fp.loaded_extensions().get(str(ext)) == digest
     # The system's own libraries are the same for both arms and stay out.
     assert not any(path.startswith("/usr/") for path in fp.loaded_extensions())
+
+
+def test_a_case_counts_the_extensions_it_loaded_or_launched_a_kernel_of(tmp_path):
+    # A worker keeps every extension an earlier case loaded mapped; a change to the CUDA
+    # extension must not make the Triton cases after it look changed, and must make the
+    # case that launches its kernel look changed.
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a shared object")
+    built = {}
+    for name in ("attn_fwd_planted", "other_kernel"):
+        source = tmp_path / f"{name}.c"
+        source.write_text(f"int {name}(void) {{ return {secrets.randbelow(1 << 30)}; }}\n")
+        built[name] = tmp_path / f"{name}.so"
+        subprocess.run([cc, "-shared", "-fPIC", "-o", str(built[name]), str(source)], check=True)
+    now = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in built.values()}
+    launched = [{"name": "void ns::attn_fwd_planted<float, 128>(Params)", "grid": [1, 1, 1]}]
+    used = fp.extensions_used(set(now), now, launched)
+    assert set(used) == {str(built["attn_fwd_planted"])}
+    assert fp.extensions_used(set(now), now, [{"name": "triton_attn_kernel"}]) == {}
+    # What the call loaded itself counts, whatever it launched.
+    assert set(fp.extensions_used(set(), now, [])) == set(now)

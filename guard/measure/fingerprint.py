@@ -11,8 +11,9 @@ call runs. It covers, in this order of preference:
 - every device kernel the call launched, as the CUDA profiler saw it: name, grid,
   block, shared memory and registers (torch's own kernels, an extra copy the launcher
   added, and the CUDA extension's kernels);
-- the content of every compiled extension the call loaded from outside the Python
-  installation (the CUDA kernel's shared object).
+- the content of every compiled extension from outside the Python installation that
+  the call loaded or launched a kernel of (the CUDA kernel's shared object), however it
+  was loaded (``/proc/self/maps``).
 
 All of it is taken by the guard's own code (the judge's, in a PR check), not asked of
 the kernel's registry entry, which the PR controls. Without a GPU (no profiler, no
@@ -234,6 +235,42 @@ def loaded_extensions() -> dict[str, str]:
     return out
 
 
+_EXTENSION_LIMIT = 1 << 30
+
+
+@functools.lru_cache(maxsize=32)
+def _extension_bytes(path: str, mtime_ns: int) -> bytes:
+    del mtime_ns  # part of the cache key only
+    return files.read_bytes(path, _EXTENSION_LIMIT)
+
+
+def _kernel_token(name: str) -> bytes:
+    """The bare function name of a profiled kernel ("void ns::f<T>(int)" -> "f"): it
+    appears in the shared object that holds the kernel, mangled or not."""
+    head = name.split("(", 1)[0].split("<", 1)[0].split()
+    return head[-1].rsplit("::", 1)[-1].encode() if head else b""
+
+
+def extensions_used(
+    before: set[str], now: dict[str, str], device_kernels: list[dict[str, Any]]
+) -> dict[str, str]:
+    """The extensions a call used, of those loaded after it (``now``): the ones it loaded
+    itself (not in ``before``), and those that hold a kernel it launched. A worker keeps
+    every extension a case loaded mapped for the cases after it; counting them all would
+    make a change to one kernel's extension a change of every case."""
+    tokens = {_kernel_token(str(k.get("name", ""))) for k in device_kernels} - {b""}
+    used = {}
+    for path, digest in now.items():
+        if path not in before:
+            used[path] = digest
+            continue
+        with contextlib.suppress(OSError):
+            data = _extension_bytes(path, os.stat(path).st_mtime_ns)
+            if any(token in data for token in tokens):
+                used[path] = digest
+    return used
+
+
 @functools.lru_cache(maxsize=256)
 def _file_digest(path: str, mtime_ns: int) -> str:
     # Per (path, mtime): a worker fingerprints every case, its extensions stay loaded.
@@ -290,6 +327,7 @@ def take(call: Callable[[], T], kernels_dir: str | Path) -> tuple[T, str]:
 
     Returns its result and the fingerprint ("" when the capture failed: the case is
     then always timed). The call's own exceptions propagate unchanged."""
+    before = set(loaded_extensions())
     try:
         with capture_device_kernels() as device_kernels, capture_triton_launches() as launches:
             result = call()
@@ -297,4 +335,5 @@ def take(call: Callable[[], T], kernels_dir: str | Path) -> tuple[T, str]:
         return result, ""
     if not launches and not device_kernels:  # no device work seen: the tree is the fingerprint
         return result, f"source:{tree_hash(kernels_dir)}"
-    return result, fingerprint(launches, device_kernels, loaded_extensions())
+    used = extensions_used(before, loaded_extensions(), device_kernels)
+    return result, fingerprint(launches, device_kernels, used)
