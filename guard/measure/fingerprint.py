@@ -259,6 +259,9 @@ def extensions_used(
     every extension a case loaded mapped for the cases after it; counting them all would
     make a change to one kernel's extension a change of every case."""
     tokens = {_kernel_token(str(k.get("name", ""))) for k in device_kernels} - {b""}
+    # A whole symbol component: "<length><name>" in a mangled C++ name, or the name alone
+    # between NULs in the string table (extern "C"); not a substring of a longer name.
+    needles = [n for t in tokens for n in (b"%d%s" % (len(t), t), b"\0" + t + b"\0")]
     used = {}
     for path, digest in now.items():
         if path not in before:
@@ -266,7 +269,7 @@ def extensions_used(
             continue
         with contextlib.suppress(OSError):
             data = _extension_bytes(path, os.stat(path).st_mtime_ns)
-            if any(token in data for token in tokens):
+            if any(needle in data for needle in needles):
                 used[path] = digest
     return used
 
