@@ -219,3 +219,30 @@ def test_a_case_counts_the_extensions_it_loaded_or_launched_a_kernel_of(tmp_path
     assert fp.extensions_used(set(now), now, [{"name": "triton_attn_kernel"}]) == {}
     # What the call loaded itself counts, whatever it launched.
     assert set(fp.extensions_used(set(), now, [])) == set(now)
+
+
+@pytest.mark.parametrize(
+    ("profiled", "token"),
+    [
+        (
+            "void flash_sm90::flash_fwd_sm90_kernel<flash_sm90::Traits<64, 128>, false>(P)",
+            b"flash_fwd_sm90_kernel",
+        ),
+        (
+            "void (anonymous namespace)::softmax_warp_forward<float, float, 9>(float*)",
+            b"softmax_warp_forward",
+        ),
+        (
+            "void at::native::(anonymous namespace)::distribution_kernel<float>(int)",
+            b"distribution_kernel",
+        ),
+        ("void at::native::reduce_kernel<512, 1>(at::native::ReduceOp)", b"reduce_kernel"),
+        ("_attn_fwd", b"_attn_fwd"),
+        ("void (anonymous namespace)::f<int>(int)", b""),  # too short to mean anything
+        ("void", b""),
+    ],
+)
+def test_the_kernel_token_is_the_function_name_never_a_return_type(profiled, token):
+    # Seen on an H100: "void (anonymous namespace)::softmax_warp_forward<...>" gave the
+    # token "void", found in every C++ extension, so every case counted the CUDA one.
+    assert fp._kernel_token(profiled) == token

@@ -246,9 +246,16 @@ def _extension_bytes(path: str, mtime_ns: int) -> bytes:
 
 def _kernel_token(name: str) -> bytes:
     """The bare function name of a profiled kernel ("void ns::f<T>(int)" -> "f"): it
-    appears in the shared object that holds the kernel, mangled or not."""
+    appears in the shared object that holds the kernel, mangled or not. Empty for a
+    name with none ("void (anonymous namespace)::..." keeps its function name)."""
+    name = name.replace("(anonymous namespace)::", "")
     head = name.split("(", 1)[0].split("<", 1)[0].split()
-    return head[-1].rsplit("::", 1)[-1].encode() if head else b""
+    token = head[-1].rsplit("::", 1)[-1] if head else ""
+    # A return type or keyword left alone ("void") is in every C++ library: no token.
+    return token.encode() if len(token) >= 4 and token not in _NOT_NAMES else b""
+
+
+_NOT_NAMES = frozenset({"void", "auto", "const", "static", "inline", "unsigned", "signed"})
 
 
 def extensions_used(
