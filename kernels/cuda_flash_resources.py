@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,30 +68,38 @@ def instantiation(symbol: str) -> tuple[str, int, bool] | None:
     return match.group(2), int(match.group(3)), match.group(4) == "1"
 
 
-def ptxas_text(arch: str, *, nvcc: str | None = None) -> str:
-    """``nvcc -Xptxas -v`` output of the kernel TU for ``arch``, cached on disk."""
-    nvcc = nvcc or cuda_flash.find_nvcc()
-    if nvcc is None:
-        raise ResourcesUnavailable("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
-    gencode = cuda_flash.arch_flags(capability_of(arch))[0]
+def _report(key: str, source: Path, gencode: str, flags: Sequence[str], nvcc: str) -> str:
+    """``nvcc -Xptxas -v`` output of one torch-free source of ``csrc/``, cached on disk."""
     version = tool_version(nvcc)
-    key = f"cuda_flash-{cuda_flash.source_hash((gencode, version))}-{arch}"
 
     def compile_() -> str:
         with tempfile.TemporaryDirectory() as tmp:
-            proc = cuda_flash.compile_kernel_object(
+            proc = cuda_flash.compile_object(
+                source,
                 gencode,
-                Path(tmp) / "flash_fwd.o",
-                extra_flags=("-Xptxas", "-v"),
+                Path(tmp) / "k.o",
+                extra_flags=(*flags, "-Xptxas", "-v"),
                 nvcc=nvcc,
                 timeout=_COMPILE_TIMEOUT_S,
             )
         text = proc.stdout + proc.stderr
         if proc.returncode != 0:
-            raise RuntimeError(f"nvcc failed for {arch} (rc {proc.returncode}):\n{text[-4000:]}")
+            raise RuntimeError(
+                f"nvcc failed for {source.name} {gencode} (rc {proc.returncode}):\n{text[-4000:]}"
+            )
         return f"// nvcc {version} {gencode}\n{text}"
 
     return cached_text(key, compile_)
+
+
+def ptxas_text(arch: str, *, nvcc: str | None = None) -> str:
+    """``nvcc -Xptxas -v`` output of the mma.sync kernel TU for ``arch``, cached on disk."""
+    nvcc = nvcc or cuda_flash.find_nvcc()
+    if nvcc is None:
+        raise ResourcesUnavailable("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+    gencode = cuda_flash.arch_flags(capability_of(arch))[0]
+    key = f"cuda_flash-{cuda_flash.source_hash((gencode, tool_version(nvcc)))}-{arch}"
+    return _report(key, cuda_flash.KERNEL_SOURCE, gencode, (), nvcc)
 
 
 def records_from_report(
@@ -174,29 +182,12 @@ def hopper_ptxas_text(dtype: str, head_dim: int, *, nvcc: str) -> str:
     """``-Xptxas -v`` of the Hopper TU for one dtype and head_dim, cached on disk."""
     name = f"flash_fwd_sm90_{'fp16' if dtype == 'float16' else 'bf16'}_hdim{head_dim}.cu"
     gencode = cuda_flash.arch_flags(cuda_flash.HOPPER)[0]
-    version = tool_version(nvcc)
-    key = f"cuda_flash_sm90-{cuda_flash.source_hash((gencode, version, name))}"
-
-    def compile_() -> str:
-        try:
-            flags = cuda_flash.hopper_flags()
-        except FileNotFoundError as exc:
-            raise ResourcesUnavailable(str(exc)) from exc
-        with tempfile.TemporaryDirectory() as tmp:
-            proc = cuda_flash.compile_object(
-                cuda_flash.CSRC / name,
-                gencode,
-                Path(tmp) / "k.o",
-                extra_flags=(*flags, "-Xptxas", "-v"),
-                nvcc=nvcc,
-                timeout=_COMPILE_TIMEOUT_S,
-            )
-        text = proc.stdout + proc.stderr
-        if proc.returncode != 0:
-            raise RuntimeError(f"nvcc failed for {name} (rc {proc.returncode}):\n{text[-4000:]}")
-        return f"// nvcc {version} {gencode}\n{text}"
-
-    return cached_text(key, compile_)
+    key = f"cuda_flash_sm90-{cuda_flash.source_hash((gencode, tool_version(nvcc), name))}"
+    try:
+        flags = cuda_flash.hopper_flags()
+    except FileNotFoundError as exc:
+        raise ResourcesUnavailable(str(exc)) from exc
+    return _report(key, cuda_flash.CSRC / name, gencode, flags, nvcc)
 
 
 def hopper_records(
