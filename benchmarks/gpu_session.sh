@@ -9,6 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 3
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
+bash benchmarks/install_carried_wheels.sh  # the CUTLASS headers, where carried
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export ATTN_GUARD_CACHE=${ATTN_GUARD_CACHE:-/tmp/attn-guard-cache}
 

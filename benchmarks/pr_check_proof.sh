@@ -29,6 +29,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 3
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
+bash benchmarks/install_carried_wheels.sh  # the CUTLASS headers, where carried
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTN_GUARD_CACHE=${ATTN_GUARD_CACHE:-/tmp/attn-guard-cache}
 export GPU_LABEL=${GPU_LABEL:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)}
 

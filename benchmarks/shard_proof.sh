@@ -21,6 +21,7 @@ cd "$(dirname "$0")/.." || exit 3
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT/shard-logs"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTN_GUARD_CACHE=${ATTN_GUARD_CACHE:-/tmp/attn-guard-cache}
+bash benchmarks/install_carried_wheels.sh  # the CUTLASS headers, where carried
 DEVICE=${DEVICE:-cuda}
 SUITE=${SUITE:-suites/default.yaml}
 FULL_SUITE=${FULL_SUITE:-suites/full.yaml}
