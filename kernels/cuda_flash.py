@@ -243,7 +243,7 @@ def load_extension(capability: tuple[int, int]) -> CudaFlashExtension:
             flags = [*flags, *hopper_flags()]
             cflags = ["-DFLASH_SM90"]
         module: CudaFlashExtension = cpp_extension.load(
-            name=f"attn_guard_cuda_flash_{build_directory(capability).name.split('-')[0]}",
+            name=f"attn_guard_cuda_flash_{build_dir.name.split('-')[0]}",  # the hash
             sources=[str(path) for path in _sources_in(build_dir, sources)],
             extra_cflags=cflags,
             extra_cuda_cflags=[*NVCC_FLAGS, *flags],

@@ -212,15 +212,16 @@ def run_group(
     *,
     stdout_limit: int,
     stderr_limit: int,
+    cwd: str | Path = GUARD_ROOT,
 ) -> GroupRun:
-    """Run ``argv`` from ``GUARD_ROOT`` as the leader of a new process group; SIGKILL the
-    group at ``timeout_s`` and whenever this returns (nvcc, ptxas, ncu's child: nothing
-    outlives the call). Keeps the last ``stdout_limit`` / ``stderr_limit`` bytes of each
-    stream. OSError when it cannot start."""
+    """Run ``argv`` from ``cwd`` (``GUARD_ROOT``) as the leader of a new process group;
+    SIGKILL the group at ``timeout_s`` and whenever this returns (nvcc, ptxas, ncu's child,
+    a pytest round: nothing outlives the call). Keeps the last ``stdout_limit`` /
+    ``stderr_limit`` bytes of each stream. OSError when it cannot start."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, subreaper():
         proc = start_group(
             argv,
-            cwd=str(GUARD_ROOT),
+            cwd=str(cwd),
             env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=out,

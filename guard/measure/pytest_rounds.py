@@ -30,14 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from guard.base.errors import BadInput, InfraError, shown
-from guard.measure.proc import (
-    end_strays,
-    forget_group,
-    kill_group,
-    start_group,
-    strays_text,
-    subreaper,
-)
+from guard.measure.proc import run_group, strays_text
 from guard.measure.runner import Progress, ProgressFn, _noop
 from guard.store import pytest_runs, results
 from guard.store.results import PytestBenchmarkFile, RoundInfo, RunResult
@@ -303,30 +296,24 @@ def _run(
     """Run ``argv`` in ``cwd`` as the leader of a new process group, killed at
     ``timeout_s`` and on return (None: timed out); its output's tail. A process that
     left the group is killed and fails the round (InfraError), as a worker's does."""
-    with tempfile.TemporaryFile() as log, subreaper():
-        try:
-            proc = start_group(
-                argv, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
-            )
-        except OSError as exc:
-            raise InfraError(f"cannot start pytest in {cwd}: {exc}") from None
-        try:
-            code: int | None = proc.wait(timeout=max(0.0, timeout_s))
-        except subprocess.TimeoutExpired:
-            code = None
-        finally:
-            kill_group(proc.pid)
-            forget_group(proc.pid)
-            proc.wait()
-            strays = end_strays(proc.pid)
-        log.seek(0, os.SEEK_END)
-        log.seek(max(0, log.tell() - OUTPUT_TAIL_BYTES))
-        output = log.read().decode("utf-8", errors="replace")
-    if strays:
-        raise InfraError(
-            f"pytest in {cwd} left {strays_text(strays)} running outside its process group; killed"
+    try:
+        run = run_group(
+            argv,
+            timeout_s,
+            env,
+            cwd=cwd,
+            stdout_limit=OUTPUT_TAIL_BYTES,
+            stderr_limit=OUTPUT_TAIL_BYTES,
         )
-    return code, output
+    except OSError as exc:
+        raise InfraError(f"cannot start pytest in {cwd}: {exc}") from None
+    if run.strays:
+        raise InfraError(
+            f"pytest in {cwd} left {strays_text(run.strays)} running outside its process "
+            "group; killed"
+        )
+    output = run.stdout + ("\n" + run.stderr if run.stderr else "")
+    return run.returncode, output[-OUTPUT_TAIL_BYTES:]
 
 
 def _tail(output: str, lines: int = 6) -> str:

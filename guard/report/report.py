@@ -352,7 +352,8 @@ def run_headline(run: RunResult) -> tuple[str, str]:
 
 
 @lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
+    """The Jinja environment of every page under ``templates/`` (report and site)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
@@ -404,7 +405,7 @@ def html_report(
             notes.append(f"{throttled} round(s) ran while the GPU was throttled")
     baseline = comparison.baseline if comparison else None
     return (
-        _environment()
+        environment()
         .get_template("report.html.j2")
         .render(
             title=title,

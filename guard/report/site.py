@@ -33,13 +33,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from html import escape
 
-import jinja2
 import numpy as np
 from scipy import stats as sps
 
 from guard.base.text import fmt_time, is_web_url
 from guard.report import svg
-from guard.report.report import TEMPLATES
+from guard.report.report import environment
 from guard.store.changepoint import Step
 from guard.store.history import HistoryPoint, Trend
 
@@ -560,18 +559,6 @@ def _section(series: Series, repo_url: str) -> GpuSection:
     )
 
 
-@lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-
-
 def build_site(
     trends: Sequence[Trend],
     *,
@@ -589,7 +576,7 @@ def build_site(
     by_case: dict[str, dict[str, Series]] = {}
     for s in all_series:
         by_case.setdefault(s.case_id, {})[s.gpu] = s
-    env = _environment()
+    env = environment()
     files: dict[str, str] = {}
     rows = []
     for case_id in sorted(by_case):
