@@ -77,13 +77,88 @@ def _binding_check_cmd(nvcc: str, out_dir: Path) -> list[str]:
     ]
 
 
-# Configurations that must fail the checks below: 192 query rows of head_dim 64 causal
-# spill under four warpgroups' 128 registers; four stages of 192-key tiles of head_dim
-# 128 need more shared memory than a Hopper block has.
+# Configurations that must fail the checks below: a 192x192 tile of head_dim 64 holds S
+# (96 floats a thread), P (48) and O (32) in registers, more than the 160 each of three
+# consumer warpgroups gets, so it spills; four stages of 192-key tiles of head_dim 128
+# need more shared memory than a Hopper block has.
 HOPPER_PLANTS = [
-    ("spill_plant", "flash_fwd_sm90_fp16_hdim64.cu", "-DFLASH_SM90_D64_CAUSAL_M=192"),
-    ("smem_plant", "flash_fwd_sm90_fp16_hdim128.cu", "-DFLASH_SM90_STAGES=4"),
+    (
+        "spill_plant",
+        "flash_fwd_sm90_fp16_hdim64.cu",
+        ("-DFLASH_SM90_D64_FULL_M=192", "-DFLASH_SM90_D64_FULL_N=192"),
+    ),
+    ("smem_plant", "flash_fwd_sm90_fp16_hdim128.cu", ("-DFLASH_SM90_STAGES=4",)),
 ]
+# FlashAttention-3's head_dim 64 tiles (192 query rows, three consumer warpgroups at 160
+# registers each; 128 keys), causal and not, must compile without spills too.
+HOPPER_VARIANTS = [
+    (
+        "d64_192x128",
+        "flash_fwd_sm90_fp16_hdim64.cu",
+        ("-DFLASH_SM90_D64_CAUSAL_M=192", "-DFLASH_SM90_D64_FULL_M=192"),
+    ),
+]
+
+# A host program that runs the kernel's mask (apply_mask) on random scores for every
+# consumer thread of several tiles and compares each element with the mask its own
+# (row, col) coordinates give; argv[1] seeds the scores and the block positions.
+MASK_CHECK_SOURCE = r"""
+#include "flash_fwd_sm90.cuh"
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+using namespace cute;
+
+template <int kHeadDim, int kBlockM, int kBlockN>
+bool check(std::mt19937& rng, long& elements, long& masked) {
+  using T = flash_sm90::Traits<kHeadDim, kBlockM, kBlockN, 2, cutlass::half_t>;
+  typename T::TiledMmaQK mma;
+  auto tile = select<0, 1>(typename T::TileShape{});
+  Tensor cS = make_identity_tensor(tile);
+  std::uniform_real_distribution<float> score(-8.f, 8.f);
+  std::uniform_int_distribution<int> block(0, 5), seq(1, 7 * kBlockN);
+  for (int thread = 0; thread < T::kMmaThreads; ++thread) {
+    Tensor tScS = mma.get_thread_slice(thread).partition_C(cS);
+    for (int trial = 0; trial < 24; ++trial) {
+      const int mode = trial % 3;  // 0: seq_k only, 1: causal only, 2: both
+      const int m_block = block(rng), n_block = block(rng), seq_k = seq(rng);
+      Tensor s = partition_fragment_C(mma, tile);
+      Tensor before = partition_fragment_C(mma, tile);
+      for (int i = 0; i < size(s); ++i) before(i) = s(i) = score(rng);
+      if (mode == 0) flash_sm90::apply_mask<T, true, false>(s, thread, seq_k, m_block, n_block);
+      if (mode == 1) flash_sm90::apply_mask<T, false, true>(s, thread, seq_k, m_block, n_block);
+      if (mode == 2) flash_sm90::apply_mask<T, true, true>(s, thread, seq_k, m_block, n_block);
+      for (int i = 0; i < size(s); ++i) {
+        const int row = int(get<0>(tScS(i))), col = int(get<1>(tScS(i)));
+        const bool past_seq = col >= seq_k - n_block * kBlockN;
+        const bool future = col > row + m_block * kBlockM - n_block * kBlockN;
+        const bool want = (mode != 1 && past_seq) || (mode != 0 && future);
+        const float expect = want ? -INFINITY : before(i);
+        if (!(s(i) == expect)) {
+          std::printf("hd%d %dx%d thread %d mode %d m_block %d n_block %d seq_k %d: "
+                      "(row %d, col %d) is %g, expected %g\n", kHeadDim, kBlockM, kBlockN,
+                      thread, mode, m_block, n_block, seq_k, row, col, s(i), expect);
+          return false;
+        }
+        ++elements;
+        masked += want;
+      }
+    }
+  }
+  return true;
+}
+
+int main(int argc, char** argv) {
+  std::mt19937 rng(argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 1);
+  long elements = 0, masked = 0;
+  const bool ok = check<64, 128, 128>(rng, elements, masked) &&
+                  check<64, 192, 128>(rng, elements, masked) &&
+                  check<64, 128, 192>(rng, elements, masked) &&
+                  check<128, 128, 192>(rng, elements, masked);
+  std::printf("checked %ld elements, %ld masked\n", elements, masked);
+  return ok ? 0 : 1;
+}
+"""
 
 
 @pytest.fixture(scope="module")
@@ -131,18 +206,35 @@ def compile_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
                     nvcc=nvcc,
                     timeout=_COMPILE_TIMEOUT_S,
                 )
-            for plant, source, flag in HOPPER_PLANTS:
-                jobs[plant] = pool.submit(
+            for name, source, flags in [*HOPPER_PLANTS, *HOPPER_VARIANTS]:
+                jobs[name] = pool.submit(
                     cuda_flash.compile_object,
                     cuda_flash.CSRC / source,
                     GENCODES["sm_90a"],
-                    out_dir / f"{plant}.o",
-                    extra_flags=[*hopper, flag],
+                    out_dir / f"{name}.o",
+                    extra_flags=[*hopper, *flags],
                     nvcc=nvcc,
                     timeout=_COMPILE_TIMEOUT_S,
                 )
+            mask_source = out_dir / "mask_check.cu"
+            mask_source.write_text(MASK_CHECK_SOURCE)
+            jobs["mask_check"] = pool.submit(
+                _run,
+                [
+                    nvcc,
+                    str(mask_source),
+                    "-o",
+                    str(out_dir / "mask_check"),
+                    f"-I{cuda_flash.CSRC}",
+                    f"-I{include}",
+                    GENCODES["sm_90a"],
+                    *cuda_flash.NVCC_FLAGS,
+                    *cuda_flash.HOPPER_NVCC_FLAGS,
+                ],
+            )
         results = {name: job.result() for name, job in jobs.items()}
     results["stub_path"] = stub
+    results["mask_check_path"] = out_dir / "mask_check"
     return results
 
 
@@ -206,7 +298,31 @@ def test_hopper_kernel_compiles_for_sm90a_without_spills(
 def test_the_spill_check_catches_a_spilling_configuration(compile_results: dict) -> None:
     proc = _hopper_results(compile_results)["spill_plant"]
     assert proc.returncode == 0, _output(proc)
-    assert _spill_problems(_output(proc)), "the planted 192-row causal tile did not spill"
+    assert _spill_problems(_output(proc)), "the planted 192x192 head_dim 64 tile did not spill"
+
+
+@pytest.mark.parametrize("variant", [name for name, _, _ in HOPPER_VARIANTS])
+def test_flash_attention_3_tiles_compile_without_spills(
+    compile_results: dict, variant: str
+) -> None:
+    proc = _hopper_results(compile_results)[variant]
+    assert proc.returncode == 0, _output(proc)
+    report = _output(proc)
+    entries = re.findall(
+        r"Compiling entry function '\w*TraitsILi64ELi192ELi128E\w*Lb([01])E", report
+    )
+    assert sorted(entries) == ["0", "1"], report  # causal and not
+    assert not _spill_problems(report), f"register spills or local memory:\n{report}"
+
+
+def test_mask_matches_the_coordinates_of_every_element(compile_results: dict) -> None:
+    proc = _hopper_results(compile_results)["mask_check"]
+    assert proc.returncode == 0, f"mask check build failed:\n{_output(proc)}"
+    seed = str(int.from_bytes(os.urandom(4), "little"))
+    run = _run([str(compile_results["mask_check_path"]), seed])
+    assert run.returncode == 0, f"seed {seed}: {_output(run)}"
+    elements, masked = (int(n) for n in re.findall(r"\d+", run.stdout)[-2:])
+    assert 0 < masked < elements, run.stdout
 
 
 def test_shared_memory_beyond_the_limit_fails_the_build(compile_results: dict) -> None:

@@ -53,7 +53,7 @@
 #define FLASH_SM90_D64_FULL_N 128
 #endif
 #ifndef FLASH_SM90_D64_CAUSAL_M
-#define FLASH_SM90_D64_CAUSAL_M 128  // 192 rows spill under 4 warpgroups' 128 registers
+#define FLASH_SM90_D64_CAUSAL_M 128
 #endif
 #ifndef FLASH_SM90_D64_CAUSAL_N
 #define FLASH_SM90_D64_CAUSAL_N 128
@@ -75,6 +75,13 @@
 #endif
 #ifndef FLASH_SM90_STAGES
 #define FLASH_SM90_STAGES 2
+#endif
+// K/V ring depth per head_dim (hd64's smaller tiles leave room for a third stage).
+#ifndef FLASH_SM90_D64_STAGES
+#define FLASH_SM90_D64_STAGES FLASH_SM90_STAGES
+#endif
+#ifndef FLASH_SM90_D128_STAGES
+#define FLASH_SM90_D128_STAGES FLASH_SM90_STAGES
 #endif
 
 namespace flash_sm90 {
@@ -211,7 +218,7 @@ struct KernelParams {
 
 // Accumulator layout ((2, 2, V), MMA_M, MMA_N) as (rows=(2, MMA_M), cols=(2, V, MMA_N)).
 template <typename Layout>
-CUTLASS_DEVICE auto acc_rowcol(Layout l) {
+CUTLASS_HOST_DEVICE auto acc_rowcol(Layout l) {
   static_assert(decltype(rank<0>(l))::value == 3);
   return make_layout(make_layout(get<0, 1>(l), get<1>(l)),
                      make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l)));
@@ -330,6 +337,38 @@ struct Softmax {
     }
   }
 };
+
+// ---- masking (FlashAttention-3's mask.h) ------------------------------------------
+// Sets S to -inf at key columns >= a limit: seq_k - n_block * kBlockN (kSeqMask) and
+// row + 1 + m_block * kBlockM - n_block * kBlockN (kCausalMask: query i sees keys
+// j <= i). A thread's columns are thread 0's, which are compile-time constants,
+// plus one offset; the offset is folded into each row's limit, so every element costs
+// one comparison with a constant and no coordinate is kept in registers across steps
+// (per-element coordinates made 192x128 causal spill). Host-callable for the CPU tests.
+template <typename T, bool kSeqMask, bool kCausalMask, typename TS>
+CUTLASS_HOST_DEVICE void apply_mask(TS& acc_s, int thread, int seq_k, int m_block, int n_block) {
+  typename T::TiledMmaQK mma;
+  Tensor cS = make_identity_tensor(select<0, 1>(typename T::TileShape{}));
+  Tensor tScS = mma.get_thread_slice(thread).partition_C(cS);
+  Tensor t0ScS = mma.get_thread_slice(_0{}).partition_C(cS);
+  Tensor s = make_tensor(acc_s.data(), acc_rowcol(acc_s.layout()));
+  Tensor c = make_tensor(tScS.data(), acc_rowcol(tScS.layout()));
+  Tensor c0 = make_tensor(t0ScS.data(), acc_rowcol(t0ScS.layout()));
+  const int col_offset = int(get<1>(c(_0{}, _0{})));
+  const int seq_limit = seq_k - n_block * T::kBlockN - col_offset;
+  const int causal_offset = 1 + m_block * T::kBlockM - n_block * T::kBlockN - col_offset;
+  CUTLASS_PRAGMA_UNROLL
+  for (int r = 0; r < size<0>(s); ++r) {
+    const int row_limit = int(get<0>(c(r, _0{}))) + causal_offset;
+    const int limit = !kCausalMask ? seq_limit
+                      : !kSeqMask  ? row_limit
+                                   : cute::min(seq_limit, row_limit);
+    CUTLASS_PRAGMA_UNROLL
+    for (int k = 0; k < size<1>(s); ++k) {
+      if (int(get<1>(c0(_0{}, k))) >= limit) s(r, k) = -INFINITY;
+    }
+  }
+}
 
 // ---- tiles ---------------------------------------------------------------------------
 struct Tile {
@@ -498,10 +537,6 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
 
   const int seq_k = get<0>(p.shape_k);
   int n_block = n_blocks - 1;
-  Tensor cS = make_identity_tensor(select<0, 1>(TileShape{}));
-  Tensor tScS = thr_qk.partition_C(cS);
-  // Key columns (within tile n) that row `row` (within the CTA's tile) may not see.
-  auto causal_limit = [&](int row, int n) { return row + 1 + m_block * kBlockM - n * kBlockN; };
 
   auto token_q = static_cast<cutlass::BarrierStatus>(smem.bars.barrier_q.try_wait(work % 2));
   if (token_q == cutlass::BarrierStatus::WaitAgain) smem.bars.barrier_q.wait(work % 2);
@@ -521,13 +556,7 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
   warpgroup_wait<0>();
   pipe_k.consumer_release(read_k);
   ++read_k;
-  CUTLASS_PRAGMA_UNROLL
-  for (int i = 0; i < size(tSrS); ++i) {
-    const int col = int(get<1>(tScS(i)));
-    int limit = seq_k - n_block * kBlockN;
-    if constexpr (kCausal) limit = min(limit, causal_limit(int(get<0>(tScS(i))), n_block));
-    if (col >= limit) tSrS(i) = -INFINITY;
-  }
+  apply_mask<T, true, kCausal>(tSrS, thread, seq_k, m_block, n_block);
   softmax.template max<true>(tSrS, p.scale_log2, rescale);
   softmax.template exp_sum<true>(tSrS, p.scale_log2);
   Tensor tOrP = make_tensor(convert_type<typename T::Element>(tSrS).data(),
@@ -549,12 +578,8 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
     warpgroup_wait<1>();
     pipe_k.consumer_release(read_k);
     if constexpr (decltype(masked)::value) {
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) {
-        if (int(get<1>(tScS(i))) >= causal_limit(int(get<0>(tScS(i))), n_block - 1)) {
-          tSrS(i) = -INFINITY;
-        }
-      }
+      // Only the causal diagonal: every key of a block before the last is < seq_k.
+      apply_mask<T, false, true>(tSrS, thread, seq_k, m_block, n_block - 1);
     }
     softmax.template max<false>(tSrS, p.scale_log2, rescale);
     softmax.template exp_sum<false>(tSrS, p.scale_log2);
@@ -777,11 +802,12 @@ cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
 #define FLASH_SM90_INSTANTIATE(ELEMENT, HEAD_DIM, NAME)                                    \
   cudaError_t NAME(const FlashFwdParams& p, cudaStream_t stream) {                         \
     using namespace flash_sm90;                                                            \
-    constexpr int S = FLASH_SM90_STAGES;                                                   \
     if constexpr (HEAD_DIM == 64) {                                                        \
+      constexpr int S = FLASH_SM90_D64_STAGES;                                             \
       return p.causal ? launch<Traits<64, FLASH_SM90_D64_CAUSAL_M, FLASH_SM90_D64_CAUSAL_N, S, ELEMENT>, true>(p, stream) \
                       : launch<Traits<64, FLASH_SM90_D64_FULL_M, FLASH_SM90_D64_FULL_N, S, ELEMENT>, false>(p, stream); \
     } else {                                                                               \
+      constexpr int S = FLASH_SM90_D128_STAGES;                                            \
       return p.causal                                                                      \
                  ? launch<Traits<128, 128, FLASH_SM90_D128_CAUSAL_N, S, ELEMENT>, true>(p, stream)  \
              : p.seq_k <= FLASH_SM90_D128_SHORT_K                                              \
