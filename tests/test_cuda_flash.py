@@ -18,6 +18,7 @@ import subprocess
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -232,7 +233,7 @@ def compile_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
                     *cuda_flash.HOPPER_NVCC_FLAGS,
                 ],
             )
-        results = {name: job.result() for name, job in jobs.items()}
+        results: dict[str, Any] = {name: job.result() for name, job in jobs.items()}
     results["stub_path"] = stub
     results["mask_check_path"] = out_dir / "mask_check"
     return results
@@ -303,7 +304,7 @@ def test_the_spill_check_catches_a_spilling_configuration(compile_results: dict)
 
 @pytest.mark.parametrize("variant", [name for name, _, _ in HOPPER_VARIANTS])
 def test_flash_attention_3_tiles_compile_without_spills(
-    compile_results: dict, variant: str
+    compile_results: dict[str, Any], variant: str
 ) -> None:
     proc = _hopper_results(compile_results)[variant]
     assert proc.returncode == 0, _output(proc)
@@ -315,7 +316,7 @@ def test_flash_attention_3_tiles_compile_without_spills(
     assert not _spill_problems(report), f"register spills or local memory:\n{report}"
 
 
-def test_mask_matches_the_coordinates_of_every_element(compile_results: dict) -> None:
+def test_mask_matches_the_coordinates_of_every_element(compile_results: dict[str, Any]) -> None:
     proc = _hopper_results(compile_results)["mask_check"]
     assert proc.returncode == 0, f"mask check build failed:\n{_output(proc)}"
     seed = str(int.from_bytes(os.urandom(4), "little"))
