@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--max-shapes", type=int, default=len(SHAPES))
     parser.add_argument("--no-mma-sync", action="store_true", help="time the Hopper kernel only")
+    parser.add_argument("--head-dim", type=int, choices=(64, 128), help="only these shapes")
     args = parser.parse_args(argv)
     import triton.testing
 
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     build_s = time.perf_counter() - t0
     print(f"{torch.cuda.get_device_name()}: extension ready in {build_s:.1f} s", flush=True)
     rows = []
-    for shape in SHAPES[: args.max_shapes]:
+    shapes = [x for x in SHAPES if args.head_dim in (None, x[4])]
+    for shape in shapes[: args.max_shapes]:
         b, h, hkv, s, d, dtype_name, causal = shape
         dtype = getattr(torch, dtype_name)
         q = torch.randn(b, h, s, d, device="cuda", dtype=dtype)

@@ -15,6 +15,12 @@
 #      is a process, so fewer rounds keep the ratio of per-process start-up to
 #      measuring as it is at 6 rounds. If the 1-GPU run is cut by the time left, the
 #      summary gives the ratio as a bound ("b_wall_ratio_at_most").
+# On a host of 4 or more GPUs the phases run in two lanes at once, on GPUs of their own
+# (CUDA_VISIBLE_DEVICES, which --gpus counts within): GPUs 0,1 take c, a-2gpu, b-2gpu
+# and GPU 2 takes a-1gpu, b-1gpu, after a warm-up that builds the CUDA extension and
+# compiles every kernel of both suites once (so no timed phase pays a cold compile);
+# then, in the time left, a and b with --gpus 4 on all four. A lane's wall times are
+# its own (its own GPUs; 64 host cores). On 2 or 3 GPUs the phases run one by one.
 # Works on a CPU too (DEVICE=cpu: a tiny check of the script, no GPU numbers).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 3
@@ -50,14 +56,14 @@ pr_tree() {  # name, then optionally a sed expression for kernels/flash_plan.py
   echo "$dir"
 }
 
-check() {  # phase name, gpus, tree, extra guard.ci args...
+check() {  # phase name, gpus, tree, extra guard.ci args... (LANE: CUDA_VISIBLE_DEVICES)
   local name=$1 gpus=$2 tree=$3; shift 3
   local t0 t1 rc limit
   limit=$(( TOTAL_LIMIT - (SECONDS - START) - 15 ))
   (( limit > PHASE_LIMIT )) && limit=$PHASE_LIMIT
   if (( limit < 20 )); then echo "=== $name: skipped (no time left)"; return; fi
   t0=$(date +%s.%N)
-  TESTED_SHA=$name timeout "$limit" python3 -m guard.ci --device "$DEVICE" --base judge \
+  env ${LANE:+CUDA_VISIBLE_DEVICES=$LANE} TESTED_SHA="$name" timeout "$limit" python3 -m guard.ci --device "$DEVICE" --base judge \
     --candidate-tree "$tree" --out-dir "$LOGS/$name" --gpus "$gpus" "$@" > "$LOGS/$name.log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
@@ -65,7 +71,8 @@ check() {  # phase name, gpus, tree, extra guard.ci args...
 import json, os, sys
 name, gpus, rc, t0, t1, meta, limit = sys.argv[1:]
 rec = {"phase": name, "gpus": int(gpus), "exit": int(rc), "wall_s": float(t1) - float(t0),
-       "limit_s": int(limit), "cut": int(rc) in (124, 137)}
+       "limit_s": int(limit), "cut": int(rc) in (124, 137),
+       "lane": os.environ.get("LANE") or "all"}
 if os.path.isfile(meta):
     o = json.load(open(meta))
     rec["headline"] = o["headline"]
@@ -79,24 +86,47 @@ PY
 
 skip() { [[ " $SKIP " == *" $1 "* ]]; }
 
-if ! skip c; then
-  check c-plant-2gpu 2 "$(pr_tree plant "$OVERLAP_OFF")" --suite "$SUITE"
-fi
-if ! skip a; then
-  tree=$(pr_tree same)
-  check a-1gpu 1 "$tree" --suite "$SUITE" --time-identical
-  check a-2gpu 2 "$tree" --suite "$SUITE" --time-identical
-fi
-if ! skip b; then
+full_suite() {  # suites/full-proof.yaml: the full suite at FULL_ROUNDS rounds a side
   sed -E "s/^  rounds: [0-9]+/  rounds: $FULL_ROUNDS/; s/^  max_rounds: [0-9]+/  max_rounds: $FULL_ROUNDS/" \
     "$FULL_SUITE" > suites/full-proof.yaml
-  tree=$(pr_tree full)
   only=()
   [ -n "$FULL_KERNELS" ] && read -r -a names <<< "$FULL_KERNELS" && only=(--kernels "${names[@]}")
-  check b-2gpu 2 "$tree" --suite suites/full-proof.yaml --time-identical "${only[@]}"
-  check b-1gpu 1 "$tree" --suite suites/full-proof.yaml --time-identical "${only[@]}"
-  rm -f suites/full-proof.yaml
+}
+phase_c() { skip c || check c-plant-2gpu 2 "$(pr_tree plant "$OVERLAP_OFF")" --suite "$SUITE"; }
+phase_a() { skip a || check "a-${1}gpu" "$1" "$SAME_TREE" --suite "$SUITE" --time-identical; }
+phase_b() {
+  skip b || check "b-${1}gpu" "$1" "$FULL_TREE" --suite suites/full-proof.yaml --time-identical "${only[@]}"
+}
+
+full_suite
+SAME_TREE=$(pr_tree same)
+FULL_TREE=$(pr_tree full)
+gpu_count=0
+[ "$DEVICE" = cuda ] && gpu_count=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+if (( gpu_count >= 4 )); then
+  echo "=== warm-up: the CUDA extension and every kernel of both suites compiled once"
+  t0=$SECONDS
+  CUDA_VISIBLE_DEVICES=0 timeout 240 python3 -m guard check --device cuda --suite "$SUITE" -q \
+    --rounds 1 --max-rounds 1 --out "$LOGS/warm-default.json" > "$LOGS/warm-default.log" 2>&1 &
+  CUDA_VISIBLE_DEVICES=1 timeout 240 python3 -m guard check --device cuda --suite suites/full-proof.yaml \
+    -q --rounds 1 --max-rounds 1 --out "$LOGS/warm-full.json" > "$LOGS/warm-full.log" 2>&1 &
+  wait
+  echo "    $((SECONDS - t0)) s"
+  lane() { export LANE=$1; shift; for p in "$@"; do $p; done; }  # GPUs, then phase calls
+  lane 0,1 phase_c "phase_a 2" "phase_b 2" > "$LOGS/lane-2gpu.txt" 2>&1 &
+  lane 2 "phase_a 1" "phase_b 1" > "$LOGS/lane-1gpu.txt" 2>&1 &
+  wait
+  cat "$LOGS/lane-2gpu.txt" "$LOGS/lane-1gpu.txt"
+  lane 0,1,2,3 "phase_b 4" "phase_a 4"
+  LANE=
+else
+  phase_c
+  phase_a 1
+  phase_a 2
+  phase_b 2
+  phase_b 1
 fi
+rm -f suites/full-proof.yaml
 
 python3 - "$RECORDS" "$OUT/shard-proof.json" "$FULL_ROUNDS" "$FULL_KERNELS" <<'PY'
 import json, sys

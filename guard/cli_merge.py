@@ -110,11 +110,11 @@ def gpu_list(option_value: str, device: str) -> tuple[str | None, ...]:
     available = available_gpus(device)
     try:
         gpus = shard_mod.parse_gpus(option_value, available)
+        if available is None:
+            return tuple(None for _ in gpus)
+        return shard_mod.visible_gpus(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
     except ValueError as exc:
         raise BadInput(f"--gpus {text.one_line(exc)}") from None
-    if available is None:
-        return tuple(None for _ in gpus)
-    return gpus
 
 
 def without_options(

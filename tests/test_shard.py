@@ -32,6 +32,17 @@ def test_parse_shard_is_one_based_and_names_what_is_wrong() -> None:
             shard.parse_shard(bad)
 
 
+def test_visible_gpus_counts_among_the_gpus_this_process_sees() -> None:
+    # A runner confined to GPUs 2 and 3 that asks for two gets 2 and 3, not 0 and 1.
+    assert shard.visible_gpus(("0", "1"), "2,3") == ("2", "3")
+    assert shard.visible_gpus(("1",), " 5 , 7 ") == ("7",)
+    assert shard.visible_gpus(("0",), "GPU-8c1f,GPU-22aa") == ("GPU-8c1f",)
+    assert shard.visible_gpus(("0", "1"), None) == ("0", "1")
+    assert shard.visible_gpus(("0", "1"), "") == ("0", "1")
+    with pytest.raises(ValueError, match="not among CUDA_VISIBLE_DEVICES"):
+        shard.visible_gpus(("0", "2"), "4,5")
+
+
 def test_parse_gpus() -> None:
     assert shard.parse_gpus("2", 8) == ("0", "1")
     assert shard.parse_gpus("all", 3) == ("0", "1", "2")

@@ -81,6 +81,25 @@ def parse_gpus(text: str, available: int | None) -> tuple[str, ...]:
     raise ValueError(f"{value!r} is not N, 'all' or a list of GPU indices like 0,2")
 
 
+def visible_gpus(indices: Sequence[str], visible: str | None) -> tuple[str, ...]:
+    """``indices`` (counted among the GPUs this process sees) as the values a child's
+    ``CUDA_VISIBLE_DEVICES`` must take: a runner confined to GPUs ``2,3`` that asks
+    for 2 GPUs gets ``2`` and ``3``, not the host's ``0`` and ``1`` (another runner's).
+    ``visible``: this process's ``CUDA_VISIBLE_DEVICES`` (None or empty: every GPU)."""
+    if not visible or not visible.strip():
+        return tuple(indices)
+    seen = [v.strip() for v in visible.split(",") if v.strip()]
+    out = []
+    for index in indices:
+        i = int(index)
+        if i >= len(seen):
+            raise ValueError(
+                f"GPU {i} is not among CUDA_VISIBLE_DEVICES={visible!r} ({len(seen)} GPU(s))"
+            )
+        out.append(seen[i])
+    return tuple(out)
+
+
 def case_costs(
     case_ids: Sequence[str],
     per_call_s: Mapping[str, float | None],

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Tile variants of the CUDA C++ kernel's Hopper path, in one GPU call: every variant's
+# extension built at once (each is its own cached build), then, one variant at a time,
+# the GPU tests (the first TESTED variants) and benchmarks/cuda_vs_cudnn.py.
+# Each argument is one build's ATTN_GUARD_HOPPER_FLAGS ("" is the defaults), e.g.
+#   OUT=/tmp/v HEAD_DIM=64 bash benchmarks/hopper_variants.sh "" "-DFLASH_SM90_D64_STAGES=3"
+# Env: ROUNDS (2), HEAD_DIM (64 or 128: only those shapes, except for the first variant,
+# which times every shape), TESTED (1: how many variants, from the first, get the GPU
+# tests). Writes $OUT/variant-<i>.json (the benchmark's rows) and a log per step.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 3
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+bash benchmarks/install_carried_wheels.sh  # the CUTLASS headers, where carried
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTN_GUARD_CACHE=${ATTN_GUARD_CACHE:-/tmp/attn-guard-cache}
+ROUNDS=${ROUNDS:-2}
+TESTED=${TESTED:-1}
+JOBS=$(( $(nproc) / $# ))
+(( JOBS < 1 )) && JOBS=1
+
+t0=$SECONDS
+i=0
+for flags in "$@"; do
+  i=$((i + 1))
+  ATTN_GUARD_HOPPER_FLAGS=$flags MAX_JOBS=$JOBS python3 -c \
+    'import torch; from kernels import cuda_flash; cuda_flash.load_extension(torch.cuda.get_device_capability())' \
+    > "$OUT/build-$i.log" 2>&1 &
+done
+wait
+echo "=== $# builds in $((SECONDS - t0)) s (${JOBS} jobs each)"
+
+i=0
+for flags in "$@"; do
+  i=$((i + 1))
+  echo "=== variant $i: '${flags}'"
+  if (( i <= TESTED )); then
+    t0=$SECONDS
+    ATTN_GUARD_HOPPER_FLAGS=$flags timeout 300 python3 -m pytest tests/test_cuda_flash.py -m gpu \
+      -q -x -p no:cacheprovider > "$OUT/tests-$i.log" 2>&1
+    echo "    tests: exit $? in $((SECONDS - t0)) s; $(tail -n 1 "$OUT/tests-$i.log")"
+  fi
+  only=()
+  (( i > 1 )) && [ -n "${HEAD_DIM:-}" ] && only=(--head-dim "$HEAD_DIM")
+  ATTN_GUARD_HOPPER_FLAGS=$flags timeout 300 python3 benchmarks/cuda_vs_cudnn.py --no-mma-sync \
+    --rounds "$ROUNDS" --json "$OUT/variant-$i.json" "${only[@]}" > "$OUT/bench-$i.log" 2>&1
+  echo "    benchmark: exit $?"
+  grep -E "^[0-9]+,[0-9]+" "$OUT/bench-$i.log"
+done
