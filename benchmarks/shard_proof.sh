@@ -106,10 +106,16 @@ gpu_count=0
 if (( gpu_count >= 4 )); then
   echo "=== warm-up: the CUDA extension and every kernel of both suites compiled once"
   t0=$SECONDS
-  CUDA_VISIBLE_DEVICES=0 timeout 240 python3 -m guard check --device cuda --suite "$SUITE" -q \
-    --rounds 1 --max-rounds 1 --out "$LOGS/warm-default.json" > "$LOGS/warm-default.log" 2>&1 &
-  CUDA_VISIBLE_DEVICES=1 timeout 240 python3 -m guard check --device cuda --suite suites/full-proof.yaml \
-    -q --rounds 1 --max-rounds 1 --out "$LOGS/warm-full.json" > "$LOGS/warm-full.log" 2>&1 &
+  warm() {  # GPU, name, suite, kernels...: a check compiles what it runs
+    local gpu=$1 name=$2 suite=$3; shift 3
+    CUDA_VISIBLE_DEVICES=$gpu timeout 200 python3 -m guard check --device cuda --suite "$suite" -q \
+      --rounds 1 --max-rounds 1 --kernels "$@" --out "$LOGS/warm-$name.json" > "$LOGS/warm-$name.log" 2>&1
+    echo "    warm-up $name: exit $?"
+  }
+  warm 0 default "$SUITE" triton_flash gluon_flash cuda_flash flash_attention &
+  warm 1 full-triton suites/full-proof.yaml triton_flash &
+  warm 2 full-gluon suites/full-proof.yaml gluon_flash flash_attention &
+  warm 3 full-cuda suites/full-proof.yaml cuda_flash &
   wait
   echo "    $((SECONDS - t0)) s"
   lane() { export LANE=$1; shift; for p in "$@"; do $p; done; }  # GPUs, then phase calls

@@ -239,3 +239,28 @@ def test_the_comment_says_when_an_outcome_is_one_shard_alone() -> None:
     merged = replace(merge.merged_outcome(merge.merge(shards)), gpu="h100")
     [heading] = [x for x in comment.markdown([merged]).splitlines() if x.startswith("### ")]
     assert heading.startswith("### ") and "h100" in heading and "shard" not in heading
+
+
+def test_a_pinned_worker_reads_its_own_gpus_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # nvidia-smi ignores CUDA_VISIBLE_DEVICES: a worker pinned to GPU 3 must ask for GPU 3.
+    import subprocess
+
+    from guard.measure import env as guard_env
+
+    asked: list[list[str]] = []
+
+    def fake_run(args: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        asked.append(args)
+        return subprocess.CompletedProcess(args, 0, stdout="1980, 2619, 41, 120.5, 0x0\n")
+
+    monkeypatch.setattr(guard_env.shutil, "which", lambda _: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(guard_env.subprocess, "run", fake_run)
+    gpu = str(random.randrange(1, 8))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", f"{gpu},0")
+    assert guard_env.gpu_state()["sm_clock_mhz"] == 1980.0
+    assert asked[-1][asked[-1].index("-i") + 1] == gpu
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    guard_env.gpu_state()
+    assert asked[-1][asked[-1].index("-i") + 1] == "0"
+    assert guard_env.smi_gpu_id("GPU-5d2c,GPU-77aa") == "GPU-5d2c"
+    assert guard_env.smi_gpu_id("MIG-1/2/3") == "0"  # not an nvidia-smi -i id: the first GPU

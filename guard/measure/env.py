@@ -6,6 +6,7 @@ NVML, so a machine without it simply reports less.
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import shutil
@@ -36,13 +37,24 @@ def slug(name: str) -> str:
     return text or "unknown"
 
 
+def smi_gpu_id(visible: str | None) -> str:
+    """The ``nvidia-smi -i`` id of this process's GPU: nvidia-smi ignores
+    ``CUDA_VISIBLE_DEVICES``, so its first entry (an index or a ``GPU-`` UUID) is named
+    (a worker pinned to GPU 3 must read GPU 3's clocks, not GPU 0's)."""
+    first = (visible or "").split(",")[0].strip()
+    if first.isdigit() or first.startswith("GPU-"):
+        return first
+    return "0"
+
+
 def _smi(fields: str) -> list[str] | None:
     exe = shutil.which("nvidia-smi")
     if not exe:
         return None
+    gpu = smi_gpu_id(os.environ.get("CUDA_VISIBLE_DEVICES"))
     try:
         out = subprocess.run(
-            [exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", "0"],
+            [exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", gpu],
             capture_output=True,
             text=True,
             timeout=15,
