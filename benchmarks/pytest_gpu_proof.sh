@@ -100,14 +100,14 @@ for p in $PARTS; do
       if python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
         say "gpu: $(python3 -c 'import torch; print(torch.cuda.get_device_name(0), torch.__version__)')"
         part gpu pytest_benchmark_gpu cuda matmul_demo.py \
-          --benchmark-min-rounds=100 --benchmark-max-time=0.1 --benchmark-warmup=on \
-          --benchmark-disable-gc
+          --benchmark-min-rounds=200 --benchmark-max-time=1.0 --benchmark-warmup=on \
+          --benchmark-warmup-iterations=500 --benchmark-disable-gc
       else
         say "gpu: skipped (torch sees no CUDA device)"
       fi ;;
     cpu)
       part cpu pytest_benchmark_demo cpu checksum_demo.py \
-        --benchmark-min-rounds=200 --benchmark-max-time=0.05 --benchmark-disable-gc ;;
+        --benchmark-min-rounds=1000 --benchmark-max-time=0.5 --benchmark-disable-gc ;;
     *) say "unknown part $p"; status=1 ;;
   esac
 done
