@@ -34,7 +34,15 @@ from guard.base.errors import BadInput, ExitCode, shown
 from guard.base.stats import Basis, Interval, Rule, Verdict
 from guard.base.text import fmt_ratio
 from guard.decide.outcome import CaseOutcome, CaseVerdict, CheckVerdict, Outcome
-from guard.store.results import INFRA_STATUSES, OK, UNAVAILABLE, WRONG, CaseResult, RunResult
+from guard.store.results import (
+    INFRA_STATUSES,
+    OK,
+    UNAVAILABLE,
+    WRONG,
+    CaseResult,
+    RunResult,
+    phases_summary,
+)
 from guard.store.suite import Case, TimingPlan
 
 
@@ -459,6 +467,8 @@ def compare_runs(
     throttled = sum(1 for r in candidate.rounds if r.throttled)
     if throttled:
         notes.append(f"{throttled} candidate round(s) ran while the GPU was throttled")
+    if phases := phases_summary(candidate.rounds):  # what bounds sharding over GPUs
+        notes.append(phases)
     return Comparison(
         baseline=baseline,
         candidate=candidate,

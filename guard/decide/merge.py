@@ -264,7 +264,9 @@ def merge(outcomes: Sequence[tuple[Outcome, str]]) -> Merged:
     notes = list(comparison.notes)
     for s in shards:
         for note in s.outcome.notes:
-            if note not in notes and not note.startswith(("stored baseline",)):
+            # Not a shard's own round phases: the union's cover every shard's rounds.
+            skip = ("stored baseline", results.PHASES_NOTE)
+            if note not in notes and not note.startswith(skip):
                 notes.append(note)
     notes.append(
         f"{len(shards)} shards merged: {len(cand_cases)} cases decided together at the "

@@ -2,8 +2,9 @@
 
 One JSON object on the worker's stdin (``WorkerJob``), then one JSON object per line on
 its protocol stream (``Event``): ``hello``, then per case ``begin`` and ``result``,
-then ``done``; ``fatal`` when the worker itself failed. The runner also synthesizes
-``exit`` and ``timeout`` events when a worker dies or hangs (``guard.measure.runner``).
+then ``done`` (with ``clock``, a ``WorkerClock``); ``fatal`` when the worker itself
+failed. The runner also synthesizes ``exit`` and ``timeout`` events when a worker dies
+or hangs (``guard.measure.runner``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,45 @@ class WorkerJob:
         )
 
 
+PHASES = ("gpu_state", "load", "check", "prepare", "warm", "sample", "verify")
+
+
+@dataclass(frozen=True)
+class WorkerClock:
+    """Where one worker's time went. Stamps are ``time.monotonic()``: on Linux one clock
+    (CLOCK_MONOTONIC) for every process of the machine, so the runner sets them against
+    its own (when it started the worker, when it saw it end); the rest are seconds."""
+
+    main: float  # the worker's first line: the interpreter has started
+    hello: float  # torch, the guard and the kernels package imported
+    done: float  # its cases done, just before ``done``
+    spent: Mapping[str, float] = field(default_factory=dict)  # seconds per PHASES entry
+    first_calls: Mapping[str, float] = field(default_factory=dict)  # per kernel: load + 1st case
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "main": self.main,
+            "hello": self.hello,
+            "done": self.done,
+            "spent": dict(self.spent),
+            "first_calls": dict(self.first_calls),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WorkerClock:
+        """The worker is this guard's own code: a malformed clock is a bug (ValueError)."""
+        try:
+            return cls(
+                main=float(data["main"]),
+                hello=float(data["hello"]),
+                done=float(data["done"]),
+                spent={k: float(data["spent"].get(k, 0.0)) for k in PHASES},
+                first_calls={str(k): float(v) for k, v in data["first_calls"].items()},
+            )
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"a worker's clock is malformed: {exc!r}") from None
+
+
 class Event(TypedDict, total=False):
     """One line of the protocol (which keys an event carries depends on ``event``)."""
 
@@ -87,3 +127,4 @@ class Event(TypedDict, total=False):
     gpu_state: dict[str, Any]
     pid: int
     code: int
+    clock: dict[str, Any]  # done: WorkerClock as JSON

@@ -25,6 +25,9 @@ check alone, and a SIGKILLed guard leaves the escaped processes to PID 1.
 Each arm's worker imports ``kernels`` from that arm's tree only: an arm whose
 ``kernels/__init__.py`` is missing or not a regular file is refused (BadInput), and the
 worker checks where the package came from (``proc.import_kernels_from``).
+
+Each round records where its time went (``RoundPhases``: the worker's clock set against
+when the runner started it and saw it end), when every worker of the round finished.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ from guard.measure.proc import (
     strays_text,
     subreaper,
 )
-from guard.measure.protocol import CaseJob, Event, Mode, WorkerJob
+from guard.measure.protocol import CaseJob, Event, Mode, WorkerClock, WorkerJob
 from guard.store.results import (
     CRASHED,
     OK,
@@ -72,6 +75,7 @@ from guard.store.results import (
     Correctness,
     Environment,
     RoundInfo,
+    RoundPhases,
     RunResult,
     now_iso,
 )
@@ -184,6 +188,8 @@ class Session:
         self.round_infos: dict[str, list[RoundInfo]] = {a.name: [] for a in self.arms}
         self.rounds_done = 0
         self._strays: list[Stray] = []  # left by the last worker (end_strays)
+        # The last worker's start and end (None: not seen to end by itself), monotonic.
+        self._span: tuple[float, float | None] = (0.0, None)
         self.environment = guard_env.collect(device, cpu_fallback_reason)
         # Each arm's machine record, with its own commit (git asked once, not per step).
         self.arm_environments = {a.name: self._arm_environment(a) for a in self.arms}
@@ -268,6 +274,7 @@ class Session:
         first_state: dict[str, Any] = {}
         last_state: dict[str, Any] = {}
         done = 0
+        spans: list[tuple[float, WorkerClock, float]] | None = []  # None: one did not finish
         while remaining:
             # Under compute-sanitizer a finding surfaces only as the worker's exit code,
             # so each case gets a worker of its own and the finding lands on that case.
@@ -277,6 +284,7 @@ class Session:
             # when its result arrives, so a worker that dies is blamed on that case only.
             current: str | None = batch[0].id if self.sanitize else None
             progressed = False
+            clock: WorkerClock | None = None
             with contextlib.closing(self._spawn(job)) as events:
                 for event in events:
                     kind = event.get("event")
@@ -297,6 +305,8 @@ class Session:
                         current = cid if self.sanitize else None
                     elif kind == "done":
                         last_state = event.get("gpu_state", {})
+                        with contextlib.suppress(ValueError):
+                            clock = WorkerClock.from_json(event.get("clock", {}))
                     elif kind in ("exit", "timeout", "fatal"):
                         status = TIMEOUT if kind == "timeout" else CRASHED
                         reason = event.get("reason", "worker failed")
@@ -325,6 +335,11 @@ class Session:
                         done += 1
                         progressed = True
                         break
+            spawned, ended = self._span
+            if spans is not None and clock is not None and ended is not None:
+                spans.append((spawned, clock, ended))
+            else:
+                spans = None
             if self._strays:
                 strays, self._strays = self._strays, []
                 raise InfraError(
@@ -348,6 +363,7 @@ class Session:
                 order=tuple(c.id for c in cases),
                 gpu_state={"start": first_state, "end": last_state},
                 throttled=guard_env.is_throttled(first_state) or guard_env.is_throttled(last_state),
+                phases=round_phases(spans) if spans else None,
             )
         )
 
@@ -415,6 +431,7 @@ class Session:
         self, job: WorkerJob, command: list[str], env: dict[str, str]
     ) -> Generator[Event, None, None]:
         err_read, err_write = os.pipe()
+        self._span = (time.monotonic(), None)
         try:
             proc = start_group(
                 command,
@@ -468,6 +485,7 @@ class Session:
                 if line is None:
                     try:
                         code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                        self._span = (self._span[0], time.monotonic())
                     except subprocess.TimeoutExpired:  # stuck on its way out
                         kill_group(proc.pid)
                         code = proc.wait()
@@ -540,6 +558,37 @@ class LogTail:
         if cut > 0:
             return f"[guard: {cut} earlier bytes of output cut]\n{text}"
         return text
+
+
+def round_phases(workers: Sequence[tuple[float, WorkerClock, float]]) -> RoundPhases:
+    """A round's phases from its workers: (when the runner started each, its clock, when
+    the runner saw it end), all ``time.monotonic()``; seconds summed over the workers."""
+
+    def total(seconds: Callable[[float, WorkerClock, float], float]) -> float:
+        return round(sum(max(0.0, seconds(*worker)) for worker in workers), 4)
+
+    def spent(phase: str) -> float:
+        return total(lambda _s, clock, _e: clock.spent.get(phase, 0.0))
+
+    first_calls: dict[str, float] = {}
+    for _, clock, _ in workers:
+        for kernel, seconds in clock.first_calls.items():
+            first_calls[kernel] = first_calls.get(kernel, 0.0) + max(0.0, seconds)
+    return RoundPhases(
+        workers=len(workers),
+        start_s=total(lambda spawned, clock, _e: clock.main - spawned),
+        imports_s=total(lambda _s, clock, _e: clock.hello - clock.main),
+        gpu_state_s=spent("gpu_state"),
+        load_s=spent("load"),
+        check_s=spent("check"),
+        prepare_s=spent("prepare"),
+        warm_s=spent("warm"),
+        sample_s=spent("sample"),
+        verify_s=spent("verify"),
+        exit_s=total(lambda _s, clock, ended: ended - clock.done),
+        total_s=total(lambda spawned, _c, ended: ended - spawned),
+        first_calls=tuple((kernel, round(s, 4)) for kernel, s in sorted(first_calls.items())),
+    )
 
 
 def _status(value: object) -> CaseStatus:

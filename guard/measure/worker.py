@@ -22,26 +22,100 @@ signal is Linux-only and follows the parent *thread* that started the worker.
 
 The ``kernels`` package must come from the job's ``kernels_root`` (``guard.measure.proc.
 import_kernels_from``); when it does not, the worker reports ``fatal`` and runs nothing.
+
+``done`` carries the worker's clock (``protocol.WorkerClock``: where its time went), from
+which the runner records the round's ``RoundPhases``. The GPU's state (``nvidia-smi``, a
+fraction of a second to a second a call) is read in a thread beside other work: at the
+start beside the imports, at the end beside the verification of the timed calls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
-from typing import TYPE_CHECKING, Any, TextIO
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar
+
+STARTED = time.monotonic()  # the worker's first line (what came before is the interpreter)
 
 if TYPE_CHECKING:
-    from guard.measure.protocol import WorkerJob
+    from guard.measure.protocol import WorkerClock, WorkerJob
+
+T = TypeVar("T")
 
 CONTEXT_LOST = 86
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 # What a case may raise and still be only that case's failure: SystemExit is a kernel
 # calling sys.exit, which must not end the worker (and every case after it).
 CASE_ERRORS = (Exception, SystemExit)
+
+
+class _Clock:
+    """Where this worker's time goes (``protocol.WorkerClock``)."""
+
+    def __init__(self, main: float) -> None:
+        self.main = main
+        self.hello = main
+        self.spent: dict[str, float] = {}
+        self.first_calls: dict[str, float] = {}
+        self._lap = main
+
+    @contextlib.contextmanager
+    def phase(self, name: str, first_of: str = "") -> Iterator[None]:
+        """Count the block's seconds to phase ``name`` (``protocol.PHASES``) and, given
+        ``first_of``, to that kernel's first calls (its load, its first case's work)."""
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            seconds = time.monotonic() - t0
+            self.spent[name] = self.spent.get(name, 0.0) + seconds
+            if first_of:
+                self.first_calls[first_of] = self.first_calls.get(first_of, 0.0) + seconds
+
+    def lap(self, name: str = "") -> None:
+        """Count the seconds since the last lap to phase ``name`` ("": start a lap)."""
+        now = time.monotonic()
+        if name:
+            self.spent[name] = self.spent.get(name, 0.0) + now - self._lap
+        self._lap = now
+
+    def stop(self) -> WorkerClock:
+        from guard.measure.protocol import WorkerClock
+
+        return WorkerClock(self.main, self.hello, time.monotonic(), self.spent, self.first_calls)
+
+
+def _in_background(read: Callable[[], T]) -> Callable[[], T]:
+    """Start ``read`` in a daemon thread; the function returned waits for its value
+    (or raises its exception). A daemon: a worker that ends early does not wait."""
+    out: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            out.append((True, read()))
+        except BaseException as exc:
+            out.append((False, exc))
+
+    thread = threading.Thread(target=run, name="gpu-state", daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        ok, value = out[0]
+        if not ok:
+            raise value
+        result_value: T = value
+        return result_value
+
+    return result
 
 
 def _emit(stream: TextIO, **event: Any) -> None:
@@ -90,10 +164,13 @@ def _report_failure(proto: TextIO, case_id: str, exc: BaseException, device: str
     return not _context_alive(device)
 
 
-def run_job(job: WorkerJob, proto: TextIO) -> int:
+def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
+    clock = clock or _Clock(time.monotonic())
+    from guard.measure import env as guard_env
+
+    start_state = _in_background(guard_env.gpu_state)  # beside the imports
     import torch
 
-    from guard.measure import env as guard_env
     from guard.measure import measure
     from guard.store.results import BUILD_FAILED, CRASHED, OK, UNAVAILABLE, WRONG
     from guard.store.suite import Case, Tolerance
@@ -113,11 +190,15 @@ def run_job(job: WorkerJob, proto: TextIO) -> int:
         torch.set_num_threads(1)  # CPU fallback: steadier samples on shared 2-core machines
     torch.backends.cuda.matmul.allow_tf32 = False  # the reference must be true float32
     torch.backends.cudnn.allow_tf32 = False
-    _emit(proto, event="hello", pid=os.getpid(), gpu_state=guard_env.gpu_state())
+    clock.hello = time.monotonic()
+    with clock.phase("gpu_state"):
+        state = start_state()
+    _emit(proto, event="hello", pid=os.getpid(), gpu_state=state)
 
     loaded: dict[str, Any] = {}
     hashes: dict[str, str] = {}
     prepared: list[tuple[Case, measure.Prepared]] = []
+    worked: set[str] = set()  # kernels whose first case has run
     for case_job in job.cases:
         case, seed = case_job.case, case_job.seed
         _emit(proto, event="begin", case=case.id)
@@ -127,14 +208,16 @@ def run_job(job: WorkerJob, proto: TextIO) -> int:
         except KeyError as exc:
             _emit(proto, **base, status=CRASHED, reason=str(exc).strip("'\""))
             continue
-        reason = spec.probe(device)
+        with clock.phase("load"):
+            reason = spec.probe(device)  # the first one initializes CUDA
         if reason:
             _emit(proto, **base, status=UNAVAILABLE, reason=reason)
             continue
         if case.kernel not in loaded:
             try:
-                loaded[case.kernel] = spec.loader()
-                hashes[case.kernel] = spec.source_hash()  # read its sources once
+                with clock.phase("load", first_of=case.kernel):
+                    loaded[case.kernel] = spec.loader()
+                    hashes[case.kernel] = spec.source_hash()  # read its sources once
             except CASE_ERRORS as exc:
                 _emit(
                     proto,
@@ -149,21 +232,24 @@ def run_job(job: WorkerJob, proto: TextIO) -> int:
         if fn is None:
             _emit(proto, **base, status=BUILD_FAILED, reason="the kernel failed to load earlier")
             continue
+        first_of = "" if case.kernel in worked else case.kernel  # its first calls
+        worked.add(case.kernel)
         try:
             if mode == "check":
                 # The case's first call: fingerprinted as it runs (guard.measure.fingerprint).
-                result, print_ = fingerprint.take(
-                    functools.partial(
-                        measure.check,
-                        fn,
-                        case,
-                        tolerances.get(case.dtype, Tolerance()),
-                        seed,
-                        device,
-                        spec.accepts_out,
-                    ),
-                    kernels_dir,
-                )
+                with clock.phase("check", first_of):
+                    result, print_ = fingerprint.take(
+                        functools.partial(
+                            measure.check,
+                            fn,
+                            case,
+                            tolerances.get(case.dtype, Tolerance()),
+                            seed,
+                            device,
+                            spec.accepts_out,
+                        ),
+                        kernels_dir,
+                    )
                 _emit(
                     proto,
                     **base,
@@ -174,18 +260,22 @@ def run_job(job: WorkerJob, proto: TextIO) -> int:
                     fingerprint=print_ if result.passed else "",
                 )
             else:
-                prepared.append((case, measure.Prepared(fn, case, plan, seed, device)))
+                with clock.phase("prepare", first_of):
+                    prepared.append((case, measure.Prepared(fn, case, plan, seed, device)))
         except CASE_ERRORS as exc:
             if _report_failure(proto, case.id, exc, device):
                 return CONTEXT_LOST
 
+    end_state: Callable[[], guard_env.GpuState] | None = None
     if mode == "time" and prepared:
         # Samples are taken in passes over every case, after one warm-up for the round.
+        clock.lap()
         measure.warm_round(
             [p for _, p in prepared],
             plan,
             on_spin=lambda p: _emit(proto, event="begin", case=p.case.id),
         )
+        clock.lap("warm")
         samples: dict[str, list[float]] = {case.id: [] for case, _ in prepared}
         for i, n in enumerate(measure.pass_sizes(plan)):
             live = list(prepared)
@@ -197,6 +287,8 @@ def run_job(job: WorkerJob, proto: TextIO) -> int:
                     prepared.remove((case, prep))
                     if _report_failure(proto, case.id, exc, device):
                         return CONTEXT_LOST
+        clock.lap("sample")
+        end_state = _in_background(guard_env.gpu_state)  # beside the verification
         for case, prep in prepared:
             # The timed calls' output too: a kernel right on its first call only is wrong.
             _emit(proto, event="begin", case=case.id)
@@ -226,7 +318,10 @@ def run_job(job: WorkerJob, proto: TextIO) -> int:
                 method=prep.method,
                 calls=prep.calls,
             )
-    _emit(proto, event="done", gpu_state=guard_env.gpu_state())
+        clock.lap("verify")
+    with clock.phase("gpu_state"):
+        state = (end_state or guard_env.gpu_state)()
+    _emit(proto, event="done", gpu_state=state, clock=clock.stop().to_json())
     return 0
 
 
@@ -300,7 +395,7 @@ def main() -> int:
     try:
         from guard.measure.protocol import WorkerJob
 
-        return run_job(WorkerJob.from_json(data), proto)
+        return run_job(WorkerJob.from_json(data), proto, _Clock(STARTED))
     except GuardError as exc:  # the job cannot run (its tree): the reason is the message
         _emit(proto, event="fatal", output=str(exc))
         return 1
@@ -309,5 +404,26 @@ def main() -> int:
         return 1
 
 
+def _leave(code: int) -> NoReturn:
+    """End with ``code`` without the interpreter's teardown: with torch loaded it takes
+    0.3-0.7 s (module and object finalization, measured on the CPU), once per worker and
+    so once per round of each arm, and every result is written by now. The atexit
+    handlers still run and the streams (Python's, then C's) are flushed, as
+    ``multiprocessing`` ends its children; threads a kernel left running do not hold
+    the worker (the runner kills its group next anyway)."""
+    import atexit
+    import ctypes
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).fflush(None)  # a kernel's printf, buffered in C
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _leave(main())

@@ -10,6 +10,9 @@ Format changes (bump ``SCHEMA_VERSION`` and add ``migrate_to_N`` for each):
   2 (2026-11): per case ``fingerprint`` (what ran on the GPU: ``guard.measure.fingerprint``)
      and ``resources`` (compiler resources per arch: ``guard.measure.resources``); version 1
      files read as having neither.
+     Since then, each round may carry ``phases`` (``RoundPhases``: where its worker's time
+     went); optional, so files without it, older or not, read as ``phases=None`` and an
+     older guard ignores it (no new version: nothing a reader relied on changed).
 
 Readers migrate older files and refuse newer ones; every field is validated on
 load and a failure raises ``BadInput`` naming the file and the field; only a regular
@@ -28,6 +31,7 @@ import math
 import os
 import platform
 import re
+import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -161,6 +165,53 @@ class Environment:
 
 
 @dataclass(frozen=True)
+class RoundPhases:
+    """Where a round's wall time went, in seconds summed over its worker processes
+    (``guard.measure.runner`` sets the worker's clock against its own).
+
+    The start-up (``STARTUP``) is paid once per worker process whatever its share of
+    the cases; the rest grows with the cases (what sharding over GPUs divides)."""
+
+    workers: int = 1
+    start_s: float = 0.0  # process start to the worker's first line (the interpreter)
+    imports_s: float = 0.0  # torch, the guard, the kernels package
+    gpu_state_s: float = 0.0  # waiting for nvidia-smi readings (read beside other work)
+    load_s: float = 0.0  # probes (the first initializes CUDA), loaders, source hashes
+    check_s: float = 0.0  # correctness checks (the check round)
+    prepare_s: float = 0.0  # inputs, first calls (JIT caches, extensions), graph capture
+    warm_s: float = 0.0  # the round's warm-up
+    sample_s: float = 0.0
+    verify_s: float = 0.0  # the timed calls' output checked
+    exit_s: float = 0.0  # "done" to the process's end (interpreter and CUDA teardown)
+    total_s: float = 0.0  # process start to its end
+    # Per kernel: its load and its first case (first calls: JIT caches, extension builds).
+    first_calls: tuple[tuple[str, float], ...] = ()
+
+    SECONDS = (
+        "start_s",
+        "imports_s",
+        "gpu_state_s",
+        "load_s",
+        "check_s",
+        "prepare_s",
+        "warm_s",
+        "sample_s",
+        "verify_s",
+        "exit_s",
+        "total_s",
+    )
+    STARTUP = ("start_s", "imports_s", "gpu_state_s", "load_s", "warm_s", "exit_s")
+    CASES = ("check_s", "prepare_s", "sample_s", "verify_s")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workers": self.workers,
+            **{key: getattr(self, key) for key in self.SECONDS},
+            "first_calls": dict(self.first_calls),
+        }
+
+
+@dataclass(frozen=True)
 class RoundInfo:
     """One fresh worker process: when, in what order, and the GPU's state around it."""
 
@@ -171,6 +222,54 @@ class RoundInfo:
     order: tuple[str, ...] = ()
     gpu_state: dict[str, Any] = field(default_factory=dict)
     throttled: bool = False
+    phases: RoundPhases | None = None  # None: not recorded (older files, crashed workers)
+
+
+PHASE_WORDS = {
+    "start_s": "interpreter",
+    "imports_s": "imports",
+    "gpu_state_s": "nvidia-smi",
+    "load_s": "kernel loads",
+    "warm_s": "warm-up",
+    "exit_s": "exit",
+    "check_s": "checks",
+    "prepare_s": "preparation",
+    "sample_s": "sampling",
+    "verify_s": "verification",
+}
+
+
+PHASES_NOTE = "worker time per round"  # how ``phases_summary`` begins
+
+
+def phases_summary(rounds: tuple[RoundInfo, ...]) -> str:
+    """One line: the median timing round's start-up (paid once per worker process, so
+    not divided by sharding the cases over GPUs) and its work on the cases; "" when no
+    timing round recorded its phases."""
+    timed = [r.phases for r in rounds if r.index > 0 and r.phases is not None]
+    if not timed:
+        return ""
+    med = {key: statistics.median(getattr(p, key) for p in timed) for key in RoundPhases.SECONDS}
+    firsts: dict[str, list[float]] = {}
+    for p in timed:
+        for name, s in p.first_calls:
+            firsts.setdefault(name, []).append(s)
+
+    def sec(x: float) -> str:
+        return f"{x:.1f}" if x >= 0.95 else f"{x:.2f}"
+
+    def parts(keys: tuple[str, ...]) -> str:
+        return ", ".join(f"{PHASE_WORDS[k]} {sec(med[k])}" for k in keys if med[k] >= 0.005)
+
+    slowest = sorted(((statistics.median(v), k) for k, v in firsts.items()), reverse=True)
+    first = ", ".join(f"{k} {sec(s)}" for s, k in slowest[:3] if s >= 0.005)
+    return (
+        f"{PHASES_NOTE} (median of {len(timed)}): {sec(med['total_s'])} s; "
+        f"start-up {sec(sum(med[k] for k in RoundPhases.STARTUP))} s "
+        f"({parts(RoundPhases.STARTUP)}), paid once per worker whatever its share of the "
+        f"cases; cases {sec(sum(med[k] for k in RoundPhases.CASES))} s "
+        f"({parts(RoundPhases.CASES)})" + (f"; first calls: {first}" if first else "")
+    )
 
 
 @dataclass(frozen=True)
@@ -248,6 +347,14 @@ def _case_record(r: CaseResult) -> dict[str, Any]:
     }
 
 
+def _round_record(r: RoundInfo) -> dict[str, Any]:
+    record = {**r.__dict__, "order": list(r.order)}
+    del record["phases"]
+    if r.phases is not None:  # absent, not null: rounds without it read as before
+        record["phases"] = r.phases.to_json()
+    return record
+
+
 def to_json(run: RunResult) -> dict[str, Any]:
     env = run.environment
     timed = [c for c in run.cases if c.status == OK and c.samples]  # pytest-benchmark's view
@@ -279,7 +386,7 @@ def to_json(run: RunResult) -> dict[str, Any]:
             "suite_hash": run.suite_hash,
             "environment": env.__dict__,
             "cases": [_case_record(c) for c in run.cases],
-            "rounds": [{**r.__dict__, "order": list(r.order)} for r in run.rounds],
+            "rounds": [_round_record(r) for r in run.rounds],
             "notes": list(run.notes),
         },
     }
@@ -551,6 +658,42 @@ def _resources(reader: _Reader, rec: dict[str, Any], where: str) -> tuple[dict[s
     )
 
 
+MAX_PHASE_S = 1e6  # seconds: no round of a worker lasts longer
+MAX_FIRST_CALLS = 64  # kernels named in one round's ``phases.first_calls``
+MAX_KERNEL_NAME = 200  # characters
+
+
+def _phases_from(reader: _Reader, raw: dict[str, Any], where: str) -> RoundPhases | None:
+    """A round's ``phases`` (``{}``: none recorded); keys this guard does not know are
+    left alone, as a round's own are."""
+    if not raw:
+        return None
+
+    def seconds(value: Any, at: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise reader.fail(at, f"must be a number, got {type(value).__name__}")
+        if not 0 <= value <= MAX_PHASE_S:
+            raise reader.fail(at, f"must be seconds from 0 to {MAX_PHASE_S:g}, got {shown(value)}")
+        return float(value)
+
+    workers = reader.get(raw, "workers", where, int)
+    if not 1 <= workers <= limits.MAX_CASES:
+        raise reader.fail(f"{where}.workers", f"must be from 1 to {limits.MAX_CASES}")
+    values = {
+        key: seconds(reader.get(raw, key, where, (int, float), 0.0), f"{where}.{key}")
+        for key in RoundPhases.SECONDS
+    }
+    firsts = reader.get(raw, "first_calls", where, dict, {})
+    reader.at_most(len(firsts), MAX_FIRST_CALLS, "kernels", f"{where}.first_calls")
+    for name in firsts:
+        if len(name) > MAX_KERNEL_NAME:
+            raise reader.fail(f"{where}.first_calls", f"a kernel name of {len(name)} characters")
+    first_calls = tuple(
+        (name, seconds(s, f"{where}.first_calls.{name}")) for name, s in firsts.items()
+    )
+    return RoundPhases(workers=workers, first_calls=first_calls, **values)
+
+
 def migrate_to_2(record: dict[str, Any]) -> dict[str, Any]:
     """Version 1 had no fingerprints or resources: every case reads as unknown."""
     for case in record.get("cases", []) if isinstance(record.get("cases"), list) else []:
@@ -649,6 +792,7 @@ def from_json(data: Any, source: str) -> RunResult:
                 order=tuple(reader.get(r, "order", w, list, [])),
                 gpu_state=reader.get(r, "gpu_state", w, dict, {}),
                 throttled=reader.get(r, "throttled", w, bool, False),
+                phases=_phases_from(reader, reader.get(r, "phases", w, dict, {}), f"{w}.phases"),
             )
         )
     return RunResult(
