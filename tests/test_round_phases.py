@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +27,7 @@ from guard.decide.compare import compare_runs
 from guard.measure import env as guard_env
 from guard.measure import measure, proc, worker
 from guard.measure.protocol import CaseJob, WorkerClock, WorkerJob
-from guard.measure.runner import Session, round_phases
+from guard.measure.runner import Arm, Session, round_phases
 from guard.store import results
 from guard.store.results import RoundInfo, RoundPhases
 from guard.store.suite import load_suite
@@ -231,21 +233,25 @@ threading.Thread(target=linger).start()
 """
 
 
-def test_the_worker_leaves_without_teardown_but_runs_the_atexit_handlers(tmp_path):
-    """A thread a kernel left running would hold the interpreter's exit (the runner
-    then kills the worker at the case timeout and records no phases for the round)."""
-    marks = tmp_path / "marks"
-    (tmp_path / "exit_probe.py").write_text(EXIT_PROBE.format(marks=str(marks)))
-    suite_path = tmp_path / "s.yaml"
-    suite_path.write_text(
+def _one_case_suite(tmp_path: Path) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(
         "schema_version: 1\nname: exit\nkernels: [reference]\ngate: [reference]\n"
         'threshold: "median:5%"\n'
         "cpu_timing: {rounds: 2, max_rounds: 2, samples_per_round: 3, sample_target_ms: 1,"
         f" warmup_ms: 1, case_timeout_s: {WAIT_S:g}}}\n"
         "cases:\n  - {shape: [1, 2, 24, 16], causal: false}\n"
     )
+    return path
+
+
+def test_the_worker_leaves_without_teardown_but_runs_the_atexit_handlers(tmp_path):
+    """A thread a kernel left running would hold the interpreter's exit (the runner
+    then kills the worker at the case timeout and records no phases for the round)."""
+    marks = tmp_path / "marks"
+    (tmp_path / "exit_probe.py").write_text(EXIT_PROBE.format(marks=str(marks)))
     session = Session(
-        load_suite(suite_path),
+        load_suite(_one_case_suite(tmp_path)),
         device="cpu",
         fault_modules=("exit_probe",),
         sys_path=(str(tmp_path),),
@@ -259,3 +265,55 @@ def test_the_worker_leaves_without_teardown_but_runs_the_atexit_handlers(tmp_pat
     assert marks.read_text().split() == ["atexit"]  # the thread never got to finish
     [check] = run.rounds
     assert check.phases is not None  # the worker ended by itself, right after "done"
+
+
+@pytest.mark.parametrize("teardown", [False, True])
+def test_a_job_that_asks_for_the_whole_teardown_gets_it(tmp_path, teardown):
+    """``WorkerJob.teardown`` (compute-sanitizer's jobs): the interpreter's own exit,
+    which waits for the kernel's thread; without it the worker leaves once its
+    atexit handlers ran, the thread cut off."""
+    marks = tmp_path / "marks"
+    (tmp_path / "exit_probe.py").write_text(EXIT_PROBE.format(marks=str(marks)))
+    suite = load_suite(_one_case_suite(tmp_path))
+    job = WorkerJob(
+        "check",
+        "cpu",
+        str(ROOT),
+        suite.cpu_timing,
+        (CaseJob(suite.cases[0], 1),),
+        fault_modules=("exit_probe",),
+        sys_path=(str(tmp_path),),
+        teardown=teardown,
+    )
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps(job.to_json()) + "\n")
+    release = Path(str(marks) + ".release")
+    with job_file.open() as stdin:  # a file, not a pipe: the worker starts no watchdog
+        worker_proc = subprocess.Popen(
+            [sys.executable, "-m", "guard.measure.worker"],
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=proc.GUARD_ROOT,
+            env=proc.child_env(),
+        )
+    try:
+        assert worker_proc.stdout is not None
+        events = [json.loads(line) for line in worker_proc.stdout]
+        assert events[-1]["event"] == "done"
+        if teardown:
+            release.touch()  # the interpreter's exit waits for the thread
+        assert worker_proc.wait(timeout=WAIT_S) == 0
+    finally:
+        release.touch()
+        worker_proc.kill()
+        worker_proc.wait()
+    assert marks.read_text().split() == (["thread", "atexit"] if teardown else ["atexit"])
+
+
+@pytest.mark.parametrize("sanitize", [False, True])
+def test_only_jobs_under_compute_sanitizer_ask_for_the_whole_teardown(tiny_suite, sanitize):
+    session = Session(load_suite(tiny_suite), device="cpu", sanitize=sanitize)
+    job = session._job(Arm(), "check", list(session.suite.cases), 0)
+    assert job.teardown is sanitize
+    assert WorkerJob.from_json(job.to_json()).teardown is sanitize

@@ -38,6 +38,9 @@ class WorkerJob:
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
     fault_modules: tuple[str, ...] = ()  # tests: modules that register extra kernels
     sys_path: tuple[str, ...] = ()
+    # End through the interpreter's whole exit (C atexit handlers included): under
+    # compute-sanitizer, whose findings must reach its exit code.
+    teardown: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +51,7 @@ class WorkerJob:
             "tolerances": {k: asdict(v) for k, v in self.tolerances.items()},
             "fault_modules": list(self.fault_modules),
             "sys_path": list(self.sys_path),
+            "teardown": self.teardown,
             "cases": [{**c.case.to_json(), "seed": c.seed} for c in self.cases],
         }
 
@@ -67,6 +71,7 @@ class WorkerJob:
             tolerances={k: Tolerance(**v) for k, v in data.get("tolerances", {}).items()},
             fault_modules=tuple(data.get("fault_modules", ())),
             sys_path=tuple(data.get("sys_path", ())),
+            teardown=bool(data.get("teardown", False)),
         )
 
 

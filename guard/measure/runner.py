@@ -263,6 +263,7 @@ class Session:
             tolerances=dict(self.suite.tolerances),
             fault_modules=self.fault_modules,
             sys_path=self.sys_path,
+            teardown=self.sanitize,
         )
 
     def _round(

@@ -387,6 +387,7 @@ def main() -> int:
     if not line:
         return 1  # the guard went away before sending a job
     data = json.loads(line)
+    _ENDING["teardown"] = bool(data.get("teardown", False))
     _start_watchdog()
     root = data.get("kernels_root")
     if root:
@@ -404,16 +405,22 @@ def main() -> int:
         return 1
 
 
+_ENDING = {"teardown": False}  # the job's WorkerJob.teardown, once read
+
+
 def _leave(code: int) -> NoReturn:
     """End with ``code`` without the interpreter's teardown: with torch loaded it takes
     0.3-0.7 s (module and object finalization, measured on the CPU), once per worker and
     so once per round of each arm, and every result is written by now. The atexit
     handlers still run and the streams (Python's, then C's) are flushed, as
     ``multiprocessing`` ends its children; threads a kernel left running do not hold
-    the worker (the runner kills its group next anyway)."""
+    the worker (the runner kills its group next anyway). A job that asks for the
+    whole teardown (``WorkerJob.teardown``: compute-sanitizer) gets it."""
     import atexit
     import ctypes
 
+    if _ENDING["teardown"]:
+        sys.exit(code)
     try:
         atexit._run_exitfuncs()
     finally:
