@@ -317,3 +317,24 @@ def test_only_jobs_under_compute_sanitizer_ask_for_the_whole_teardown(tiny_suite
     job = session._job(Arm(), "check", list(session.suite.cases), 0)
     assert job.teardown is sanitize
     assert WorkerJob.from_json(job.to_json()).teardown is sanitize
+
+
+def test_a_worker_does_not_import_scipy() -> None:
+    # scipy.stats costs a worker about a second of start-up per round; only deciding
+    # (the parent) needs it, so the statistics module imports it on first use.
+    code = (
+        "import sys\n"
+        "import guard.measure.worker, guard.measure.measure, guard.measure.fingerprint\n"
+        "import guard.measure.proc, guard.measure.env, guard.store.results, guard.store.suite\n"
+        "import guard.base.stats\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        cwd=ROOT,
+    ).stdout
+    assert out.strip() == "[]", out

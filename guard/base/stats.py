@@ -20,19 +20,29 @@ of freedom (see ``ratio_interval`` for why not percentiles).
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import re
 import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypedDict
+from typing import Any, Protocol, TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats as sps
 
 Rounds = Sequence[Sequence[float]]
 FloatArray = NDArray[np.float64]
+
+
+@functools.cache
+def _sps() -> Any:
+    """scipy.stats, imported on first use: a worker process imports this module (through
+    the suite and results readers) but never decides, and scipy.stats costs it about a
+    second of start-up per round."""
+    from scipy import stats
+
+    return stats
 
 
 class Verdict(str, enum.Enum):
@@ -127,16 +137,14 @@ def pooled(rounds: Rounds) -> FloatArray:
 TRIM = 0.2  # share of rounds cut from each end before averaging
 
 
-def _log_mean_diff(
-    cand: FloatArray, base: FloatArray, axis: int = -1
-) -> FloatArray | np.float64:
+def _log_mean_diff(cand: FloatArray, base: FloatArray, axis: int = -1) -> FloatArray | np.float64:
     """Difference of 20%-trimmed means of log round medians (a scalar for 1-D arms, an
     array of them for the stacked resamples ``scipy.stats.bootstrap`` passes).
 
     Trimmed, because a round now and then lands far off (one of 56 rounds on an H100
     ran a case 48% slow): a plain mean lets that one round decide the interval."""
     # scipy is untyped here (pyproject.toml): trim_mean's result is Any.
-    diff: FloatArray | np.float64 = sps.trim_mean(cand, TRIM, axis=axis) - sps.trim_mean(
+    diff: FloatArray | np.float64 = _sps().trim_mean(cand, TRIM, axis=axis) - _sps().trim_mean(
         base, TRIM, axis=axis
     )
     return diff
@@ -156,7 +164,7 @@ def _trimmed_df(lb: FloatArray, lc: FloatArray) -> float:
     def part(x: FloatArray) -> tuple[float, int]:
         g = int(TRIM * x.size)
         h = x.size - 2 * g
-        w = sps.mstats.winsorize(x, limits=(TRIM, TRIM)).data if g else x
+        w = _sps().mstats.winsorize(x, limits=(TRIM, TRIM)).data if g else x
         return float(np.var(w, ddof=1)) * (x.size - 1) / (h * (h - 1)), h
 
     db, hb = part(lb)
@@ -180,9 +188,9 @@ def _bootstrap_se(
         "confidence_level": 0.9,
     }
     try:
-        res = sps.bootstrap(data, statistic, rng=rng, **kwargs)
+        res = _sps().bootstrap(data, statistic, rng=rng, **kwargs)
     except TypeError:
-        res = sps.bootstrap(data, statistic, random_state=rng, **kwargs)
+        res = _sps().bootstrap(data, statistic, random_state=rng, **kwargs)
     return float(res.standard_error)
 
 
@@ -215,8 +223,8 @@ def ratio_interval(
         n = min(lb.size, lc.size)
         se = _bootstrap_se((lc, lb), _log_mean_diff, rng, n_resamples) * math.sqrt(n / (n - 1))
         df = _trimmed_df(lb, lc)
-    half = float(sps.t.ppf(0.5 + confidence / 2.0, df=df)) * se
-    up = None if bound_confidence is None else float(sps.t.ppf(bound_confidence, df=df)) * se
+    half = float(_sps().t.ppf(0.5 + confidence / 2.0, df=df)) * se
+    up = None if bound_confidence is None else float(_sps().t.ppf(bound_confidence, df=df)) * se
     capped = not half <= MAX_LOG_HALF_WIDTH or abs(diff) > MAX_LOG_RATIO  # NaN counts as wide
     if capped:
         half = MAX_LOG_HALF_WIDTH
@@ -243,7 +251,7 @@ def case_time(rounds: Rounds) -> float | None:
     meds = meds[np.isfinite(meds) & (meds > 0)]
     if meds.size == 0:
         return None
-    return float(np.exp(sps.trim_mean(np.log(meds), TRIM)))
+    return float(np.exp(_sps().trim_mean(np.log(meds), TRIM)))
 
 
 def ratio_estimate(baseline: Rounds, candidate: Rounds) -> float:
@@ -338,9 +346,7 @@ def classify(interval: Interval, rule: Rule) -> Verdict:
     return judge(interval, rule)[0]
 
 
-def rounds_to_decide(
-    interval: Interval, rule: Rule, rounds: int, most: int = 200
-) -> int | None:
+def rounds_to_decide(interval: Interval, rule: Rule, rounds: int, most: int = 200) -> int | None:
     """About how many rounds per arm would turn an inconclusive case whose estimate
     lies above ``1 + rule.margin`` into a regression (the interval's low end above
     ``1 + rule.margin``), were the estimate and the noise to stay as they are; None:
@@ -357,9 +363,9 @@ def rounds_to_decide(
     rounds = max(rounds, 2)
     q = 0.5 + interval.confidence / 2.0
     half = (math.log(interval.high) - math.log(interval.low)) / 2.0
-    se = half / float(sps.t.ppf(q, df=_equal_arms_df(rounds)))
+    se = half / float(_sps().t.ppf(q, df=_equal_arms_df(rounds)))
     for n in range(rounds + 1, most + 1):
-        if float(sps.t.ppf(q, df=_equal_arms_df(n))) * se * math.sqrt(rounds / n) < distance:
+        if float(_sps().t.ppf(q, df=_equal_arms_df(n))) * se * math.sqrt(rounds / n) < distance:
             return n
     return None
 
