@@ -2,7 +2,8 @@
 # Sharding on a host with several GPUs: the PR check with --gpus 1 and --gpus 2.
 # Run from the repository root (PYTHONPATH=.); everything goes under $OUT, summed up in
 # $OUT/shard-proof.json (for benchmarks/shard_plot.py) and the logs in $OUT/shard-logs.tgz.
-# Phases, in this order (SKIP="b" skips phase b); all of them within TOTAL_LIMIT seconds
+# Phases (SKIP="c" skips phase c), run b, a, c (the full suite's ratio first: it is
+# what the time at hand must reach); all of them within TOTAL_LIMIT seconds
 # (default 570), each within PHASE_LIMIT (default 300) and what is left of the total:
 #   c  a planted regression (hd-64 causal Gluon without overlap, pr_check_proof.sh's
 #      overlap-off) with --gpus 2: must fail (exit 1) on the planted gluon_flash cases
@@ -16,8 +17,8 @@
 #      measuring as it is at 6 rounds. If the 1-GPU run is cut by the time left, the
 #      summary gives the ratio as a bound ("b_wall_ratio_at_most").
 # On a host of 4 or more GPUs the phases run in two lanes at once, on GPUs of their own
-# (CUDA_VISIBLE_DEVICES, which --gpus counts within): GPUs 0,1 take c, a-2gpu, b-2gpu
-# and GPU 2 takes a-1gpu, b-1gpu, after a warm-up that builds the CUDA extension and
+# (CUDA_VISIBLE_DEVICES, which --gpus counts within): GPUs 0,1 take b-2gpu, a-2gpu, c
+# and GPU 2 takes b-1gpu, a-1gpu, after a warm-up that builds the CUDA extension and
 # compiles every kernel of both suites once (so no timed phase pays a cold compile);
 # then, in the time left, a and b with --gpus 4 on all four. A lane's wall times are
 # its own (its own GPUs; 64 host cores). On 2 or 3 GPUs the phases run one by one.
@@ -119,18 +120,18 @@ if (( gpu_count >= 4 )); then
   wait
   echo "    $((SECONDS - t0)) s"
   lane() { export LANE=$1; shift; for p in "$@"; do $p; done; }  # GPUs, then phase calls
-  lane 0,1 phase_c "phase_a 2" "phase_b 2" > "$LOGS/lane-2gpu.txt" 2>&1 &
-  lane 2 "phase_a 1" "phase_b 1" > "$LOGS/lane-1gpu.txt" 2>&1 &
+  lane 0,1 "phase_b 2" "phase_a 2" phase_c > "$LOGS/lane-2gpu.txt" 2>&1 &
+  lane 2 "phase_b 1" "phase_a 1" > "$LOGS/lane-1gpu.txt" 2>&1 &
   wait
   cat "$LOGS/lane-2gpu.txt" "$LOGS/lane-1gpu.txt"
   lane 0,1,2,3 "phase_b 4" "phase_a 4"
   LANE=
 else
-  phase_c
-  phase_a 1
-  phase_a 2
   phase_b 2
   phase_b 1
+  phase_a 1
+  phase_a 2
+  phase_c
 fi
 rm -f suites/full-proof.yaml
 
