@@ -6,7 +6,8 @@
 #   OUT=/tmp/v HEAD_DIM=64 bash benchmarks/hopper_variants.sh "" "-DFLASH_SM90_D64_STAGES=3"
 # Env: ROUNDS (2), HEAD_DIM (64 or 128: only those shapes, except for the first variant,
 # which times every shape), TESTED (1: how many variants, from the first, get the GPU
-# tests). Writes $OUT/variant-<i>.json (the benchmark's rows) and a log per step.
+# tests), PACK (1: everything in $OUT/variants.tgz). Writes $OUT/variant-<i>.json (the
+# benchmark's rows) and a log per step.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 3
 OUT=${OUT:-$PWD/gpu-out}
@@ -46,3 +47,6 @@ for flags in "$@"; do
   echo "    benchmark: exit $?"
   grep -E "^[0-9]+,[0-9]+" "$OUT/bench-$i.log"
 done
+if [ "${PACK:-0}" = 1 ]; then  # one file for a runner that returns few
+  tar -C "$OUT" -czf /tmp/variants.tgz . && find "$OUT" -type f -delete && mv /tmp/variants.tgz "$OUT/"
+fi
