@@ -6,12 +6,7 @@
 # Everything lands in $OUT (or ./gpu-out) with a log per phase. benchmarks/README.md
 # lists the phases and what each writes.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 3
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-bash benchmarks/install_carried_wheels.sh  # the CUTLASS headers, where carried
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-export ATTN_GUARD_CACHE=${ATTN_GUARD_CACHE:-/tmp/attn-guard-cache}
+source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the carried wheels, PYTHONPATH
 
 phase() {  # name, timeout seconds, command...
   local name=$1 limit=$2; shift 2

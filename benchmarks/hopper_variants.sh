@@ -9,11 +9,7 @@
 # tests), PACK (1: everything in $OUT/variants.tgz). Writes $OUT/variant-<i>.json (the
 # benchmark's rows) and a log per step.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 3
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-bash benchmarks/install_carried_wheels.sh  # the CUTLASS headers, where carried
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTN_GUARD_CACHE=${ATTN_GUARD_CACHE:-/tmp/attn-guard-cache}
+source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the carried wheels, PYTHONPATH
 ROUNDS=${ROUNDS:-2}
 TESTED=${TESTED:-1}
 JOBS=$(( $(nproc) / $# ))

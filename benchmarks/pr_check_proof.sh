@@ -26,11 +26,7 @@
 # Exit code, verdicts per case and wall time of each go to $OUT/<phase>.* and a line each;
 # PHASE_LIMIT (seconds, default 590) bounds each guard process.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 3
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-bash benchmarks/install_carried_wheels.sh  # the CUTLASS headers, where carried
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTN_GUARD_CACHE=${ATTN_GUARD_CACHE:-/tmp/attn-guard-cache}
+source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the carried wheels, PYTHONPATH
 export GPU_LABEL=${GPU_LABEL:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)}
 
 pr_tree() {  # name, then optionally a sed expression and the file under kernels/ it edits

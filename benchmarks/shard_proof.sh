@@ -24,11 +24,8 @@
 # its own (its own GPUs; 64 host cores). On 2 or 3 GPUs the phases run one by one.
 # Works on a CPU too (DEVICE=cpu: a tiny check of the script, no GPU numbers).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 3
-OUT=${OUT:-$PWD/gpu-out}
+source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the carried wheels, PYTHONPATH
 mkdir -p "$OUT/shard-logs"
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 ATTN_GUARD_CACHE=${ATTN_GUARD_CACHE:-/tmp/attn-guard-cache}
-bash benchmarks/install_carried_wheels.sh  # the CUTLASS headers, where carried
 DEVICE=${DEVICE:-cuda}
 SUITE=${SUITE:-suites/default.yaml}
 FULL_SUITE=${FULL_SUITE:-suites/full.yaml}
