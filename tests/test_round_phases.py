@@ -23,6 +23,7 @@ import pytest
 from conftest import ROOT, make_case, make_run, synthetic_rounds
 
 from guard.base.errors import BadInput
+from guard.decide import compare
 from guard.decide.compare import compare_runs
 from guard.measure import env as guard_env
 from guard.measure import measure, proc, worker
@@ -67,7 +68,7 @@ def test_every_round_records_its_phases_and_the_file_keeps_them(tiny_suite, tmp_
     path = tmp_path / "r.json"
     results.save(run, path)
     assert results.load(path).rounds == run.rounds
-    line = results.phases_summary(results.load(path).rounds)
+    line = compare.phases_summary(results.load(path).rounds)
     assert line.startswith("worker time per round (median of 1): ")
     assert "imports" in line and "sampling" in line
 
@@ -92,7 +93,7 @@ def test_rounds_without_phases_load_and_are_written_as_before(tmp_path):
     record = json.loads(path.read_text())["guard"]["rounds"][0]
     assert "phases" not in record  # absent, not null: the round's record is unchanged
     assert results.load(path).rounds[0].phases is None
-    assert results.phases_summary(results.load(path).rounds) == ""
+    assert compare.phases_summary(results.load(path).rounds) == ""
 
 
 def test_phases_round_trip_and_unknown_keys_are_left_alone(tmp_path):
@@ -132,7 +133,7 @@ def test_the_summary_is_the_median_timing_round_split_into_start_up_and_cases(rn
         RoundInfo(3, "candidate", "", 9.0, phases=_phases(imports_s=4.0)),
         RoundInfo(4, "candidate", "", 9.0),  # a round whose worker crashed: none
     )
-    line = results.phases_summary(rounds)
+    line = compare.phases_summary(rounds)
     assert line.startswith("worker time per round (median of 3): 8.0 s; ")
     # 0.1 + 3.0 + 0.2 + 1.0 + 0.3 + 0.1 start-up; 2.0 + 1.0 + 0.3 on the cases
     assert "start-up 4.7 s (interpreter 0.10, imports 3.0, nvidia-smi 0.20, kernel loads" in line

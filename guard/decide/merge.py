@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from guard.base.errors import BadInput, InfraError, shown
-from guard.decide.compare import Comparison, compare_runs
+from guard.decide.compare import PHASES_NOTE, Comparison, compare_runs
 from guard.decide.outcome import MAX_PROFILES, CaseProfile, CheckVerdict, Outcome, ShardInfo
 from guard.store import results
 from guard.store.results import CaseResult, RoundInfo, RunResult
@@ -265,7 +265,7 @@ def merge(outcomes: Sequence[tuple[Outcome, str]]) -> Merged:
     for s in shards:
         for note in s.outcome.notes:
             # Not a shard's own round phases: the union's cover every shard's rounds.
-            skip = ("stored baseline", results.PHASES_NOTE)
+            skip = ("stored baseline", PHASES_NOTE)
             if note not in notes and not note.startswith(skip):
                 notes.append(note)
     notes.append(

@@ -375,8 +375,16 @@ def _start_watchdog() -> None:
             os._exit(0)
 
 
-def main() -> int:
-    from guard.base.errors import GuardError
+def main() -> NoReturn:
+    """Read the job, run it, leave (``_leave``: as the job asks)."""
+    proto, data = _read_job()
+    if data is None:
+        _leave(1, teardown=False)  # the guard went away before sending a job
+    _leave(_run(proto, data), teardown=bool(data.get("teardown", False)))
+
+
+def _read_job() -> tuple[TextIO, dict[str, Any] | None]:
+    """The protocol stream and the job (None: stdin ended before one came)."""
 
     _die_with_parent(os.getppid())
     # Keep the protocol on a private copy of stdout; route fd 1 to stderr.
@@ -385,9 +393,14 @@ def main() -> int:
     sys.stdout = sys.stderr
     line = sys.stdin.readline()  # the job; stdin then stays open until the round ends
     if not line:
-        return 1  # the guard went away before sending a job
-    data = json.loads(line)
-    _ENDING["teardown"] = bool(data.get("teardown", False))
+        return proto, None
+    data: dict[str, Any] = json.loads(line)
+    return proto, data
+
+
+def _run(proto: TextIO, data: dict[str, Any]) -> int:
+    from guard.base.errors import GuardError
+
     _start_watchdog()
     root = data.get("kernels_root")
     if root:
@@ -405,21 +418,18 @@ def main() -> int:
         return 1
 
 
-_ENDING = {"teardown": False}  # the job's WorkerJob.teardown, once read
-
-
-def _leave(code: int) -> NoReturn:
+def _leave(code: int, teardown: bool) -> NoReturn:
     """End with ``code`` without the interpreter's teardown: with torch loaded it takes
     0.3-0.7 s (module and object finalization, measured on the CPU), once per worker and
     so once per round of each arm, and every result is written by now. The atexit
     handlers still run and the streams (Python's, then C's) are flushed, as
     ``multiprocessing`` ends its children; threads a kernel left running do not hold
     the worker (the runner kills its group next anyway). A job that asks for the
-    whole teardown (``WorkerJob.teardown``: compute-sanitizer) gets it."""
+    whole teardown (``teardown``: ``WorkerJob.teardown``, compute-sanitizer) gets it."""
     import atexit
     import ctypes
 
-    if _ENDING["teardown"]:
+    if teardown:
         sys.exit(code)
     try:
         atexit._run_exitfuncs()
@@ -433,4 +443,4 @@ def _leave(code: int) -> NoReturn:
 
 
 if __name__ == "__main__":
-    _leave(main())
+    main()

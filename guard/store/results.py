@@ -31,7 +31,6 @@ import math
 import os
 import platform
 import re
-import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -223,53 +222,6 @@ class RoundInfo:
     gpu_state: dict[str, Any] = field(default_factory=dict)
     throttled: bool = False
     phases: RoundPhases | None = None  # None: not recorded (older files, crashed workers)
-
-
-PHASE_WORDS = {
-    "start_s": "interpreter",
-    "imports_s": "imports",
-    "gpu_state_s": "nvidia-smi",
-    "load_s": "kernel loads",
-    "warm_s": "warm-up",
-    "exit_s": "exit",
-    "check_s": "checks",
-    "prepare_s": "preparation",
-    "sample_s": "sampling",
-    "verify_s": "verification",
-}
-
-
-PHASES_NOTE = "worker time per round"  # how ``phases_summary`` begins
-
-
-def phases_summary(rounds: tuple[RoundInfo, ...]) -> str:
-    """One line: the median timing round's start-up (paid once per worker process, so
-    not divided by sharding the cases over GPUs) and its work on the cases; "" when no
-    timing round recorded its phases."""
-    timed = [r.phases for r in rounds if r.index > 0 and r.phases is not None]
-    if not timed:
-        return ""
-    med = {key: statistics.median(getattr(p, key) for p in timed) for key in RoundPhases.SECONDS}
-    firsts: dict[str, list[float]] = {}
-    for p in timed:
-        for name, s in p.first_calls:
-            firsts.setdefault(name, []).append(s)
-
-    def sec(x: float) -> str:
-        return f"{x:.1f}" if x >= 0.95 else f"{x:.2f}"
-
-    def parts(keys: tuple[str, ...]) -> str:
-        return ", ".join(f"{PHASE_WORDS[k]} {sec(med[k])}" for k in keys if med[k] >= 0.005)
-
-    slowest = sorted(((statistics.median(v), k) for k, v in firsts.items()), reverse=True)
-    first = ", ".join(f"{k} {sec(s)}" for s, k in slowest[:3] if s >= 0.005)
-    return (
-        f"{PHASES_NOTE} (median of {len(timed)}): {sec(med['total_s'])} s; "
-        f"start-up {sec(sum(med[k] for k in RoundPhases.STARTUP))} s "
-        f"({parts(RoundPhases.STARTUP)}), paid once per worker whatever its share of the "
-        f"cases; cases {sec(sum(med[k] for k in RoundPhases.CASES))} s "
-        f"({parts(RoundPhases.CASES)})" + (f"; first calls: {first}" if first else "")
-    )
 
 
 @dataclass(frozen=True)
