@@ -85,12 +85,15 @@ def phases_summary(rounds: tuple[RoundInfo, ...]) -> str:
 
     slowest = sorted(((statistics.median(v), k) for k, v in firsts.items()), reverse=True)
     first = ", ".join(f"{k} {sec(s)}" for s, k in slowest[:3] if s >= 0.005)
+    ahead = sum(p.prestarted > 0 for p in timed)
     return (
         f"{PHASES_NOTE} (median of {len(timed)}): {sec(med['total_s'])} s; "
         f"start-up {sec(sum(med[k] for k in RoundPhases.STARTUP))} s "
         f"({parts(RoundPhases.STARTUP)}), paid once per worker whatever its share of the "
         f"cases; cases {sec(sum(med[k] for k in RoundPhases.CASES))} s "
-        f"({parts(RoundPhases.CASES)})" + (f"; first calls: {first}" if first else "")
+        f"({parts(RoundPhases.CASES)})"
+        + (f"; first calls: {first}" if first else "")
+        + (f"; {ahead} of {len(timed)} rounds' workers started ahead (imported)" if ahead else "")
     )
 
 

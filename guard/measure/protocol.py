@@ -75,6 +75,7 @@ class WorkerJob:
         )
 
 
+PRELOAD_FLAG = "--preload"  # a worker started ahead of its job (``worker._preload``)
 PHASES = ("gpu_state", "load", "check", "prepare", "warm", "sample", "verify")
 
 
@@ -89,10 +90,19 @@ class WorkerClock:
     done: float  # its cases done, just before ``done``
     spent: Mapping[str, float] = field(default_factory=dict)  # seconds per PHASES entry
     first_calls: Mapping[str, float] = field(default_factory=dict)  # per kernel: load + 1st case
+    # The job read; a worker started ahead (``--preload``) imported torch and waited
+    # before it. None: read at once (as ``main``).
+    job: float | None = None
+
+    @property
+    def job_read(self) -> float:
+        """When the worker's own work began: its job read, or its first line."""
+        return self.main if self.job is None else max(self.main, self.job)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "main": self.main,
+            "job": self.job_read,
             "hello": self.hello,
             "done": self.done,
             "spent": dict(self.spent),
@@ -105,6 +115,7 @@ class WorkerClock:
         try:
             return cls(
                 main=float(data["main"]),
+                job=float(data["job"]) if "job" in data else None,
                 hello=float(data["hello"]),
                 done=float(data["done"]),
                 spent={k: float(data["spent"].get(k, 0.0)) for k in PHASES},

@@ -28,6 +28,13 @@ worker checks where the package came from (``proc.import_kernels_from``).
 
 Each round records where its time went (``RoundPhases``: the worker's clock set against
 when the runner started it and saw it end), when every worker of the round finished.
+
+Started ahead (``prestart``, on by default on a GPU): while a worker measures, the next
+worker of the same call (``check`` or ``time``) is started with ``--preload``: it imports
+torch, Triton and the guard, then waits for its job, so the next round does not pay for
+those imports. It is still a fresh process per round, it touches neither the GPU nor the
+arm's kernels until its job comes, and the job says which arm it serves. Not on a CPU,
+where its imports would take a core from the measurement, nor under compute-sanitizer.
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ from guard.measure.proc import (
     strays_text,
     subreaper,
 )
-from guard.measure.protocol import CaseJob, Event, Mode, WorkerClock, WorkerJob
+from guard.measure.protocol import PRELOAD_FLAG, CaseJob, Event, Mode, WorkerClock, WorkerJob
 from guard.store.results import (
     CRASHED,
     OK,
@@ -168,6 +175,7 @@ class Session:
         python: str = sys.executable,
         sanitize: bool = False,
         cpu_fallback_reason: str = "",
+        prestart: bool | None = None,
     ) -> None:
         for arm in arms:
             problem = kernels_init_problem(arm.kernels_root) if arm.kernels_root else ""
@@ -184,6 +192,12 @@ class Session:
         self.python = python
         self.sanitize = sanitize
         self.cpu_fallback_reason = cpu_fallback_reason
+        # None: on a GPU only (on a CPU the preloading worker would take a core from
+        # the measuring one); never under compute-sanitizer (it wraps each worker).
+        self.prestart = (device == "cuda") if prestart is None else prestart
+        self.prestart = self.prestart and not sanitize
+        self._spare: _Started | None = None  # the next worker, started ahead
+        self._more = False  # another worker follows within this check() or time() call
         self.states = {a.name: {c.id: _CaseState(c) for c in suite.cases} for a in self.arms}
         self.round_infos: dict[str, list[RoundInfo]] = {a.name: [] for a in self.arms}
         self.rounds_done = 0
@@ -198,9 +212,11 @@ class Session:
 
     def check(self) -> None:
         """Round 0: correctness of every case in every arm."""
-        for arm in self.arms:
-            cases = list(self.suite.cases)
-            self._round(arm, "check", cases, 0, 0)
+        with self._workers_ahead():
+            for i, arm in enumerate(self.arms):
+                cases = list(self.suite.cases)
+                self._more = i + 1 < len(self.arms)
+                self._round(arm, "check", cases, 0, 0)
 
     def time(self, n_rounds: int, case_ids: Sequence[str] | None = None) -> None:
         """``n_rounds`` more timing rounds of the cases that passed in every arm."""
@@ -214,14 +230,29 @@ class Session:
         if not cases:
             return
         total = self.rounds_done + n_rounds
-        for _ in range(n_rounds):
-            self.rounds_done += 1
-            r = self.rounds_done
-            arms = self.arms if r % 2 else tuple(reversed(self.arms))  # alternate who goes first
-            for arm in arms:
-                order = list(cases)
-                random.Random(self.seed + r).shuffle(order)
-                self._round(arm, "time", order, r, total)
+        with self._workers_ahead():
+            for n in range(n_rounds):
+                self.rounds_done += 1
+                r = self.rounds_done
+                # Alternate which arm goes first.
+                arms = self.arms if r % 2 else tuple(reversed(self.arms))
+                for i, arm in enumerate(arms):
+                    order = list(cases)
+                    random.Random(self.seed + r).shuffle(order)
+                    self._more = n + 1 < n_rounds or i + 1 < len(arms)
+                    self._round(arm, "time", order, r, total)
+
+    @contextlib.contextmanager
+    def _workers_ahead(self) -> Generator[None, None, None]:
+        """A worker started ahead serves this call only: the one left over (the call
+        ended, or a worker crashed) is stopped on the way out."""
+        try:
+            yield
+        finally:
+            self._more = False
+            if self._spare is not None:
+                spare, self._spare = self._spare, None
+                spare.stop()
 
     def _arm_environment(self, arm: Arm) -> Environment:
         if not arm.kernels_root:
@@ -428,27 +459,23 @@ class Session:
         with subreaper():  # from the start: a daemon's double fork may come at import
             yield from self._worker_events(job, command, env)
 
+    def _take_spare(self, command: list[str], env: dict[str, str]) -> _Started | None:
+        """The worker started ahead, if it was started for this command and environment
+        and is still waiting (one that died waiting is stopped: a fresh one starts)."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        if spare.command == command and spare.env == env and spare.proc.poll() is None:
+            return spare
+        spare.stop()
+        return None
+
     def _worker_events(
         self, job: WorkerJob, command: list[str], env: dict[str, str]
     ) -> Generator[Event, None, None]:
-        err_read, err_write = os.pipe()
-        self._span = (time.monotonic(), None)
-        try:
-            proc = start_group(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err_write,
-                cwd=str(GUARD_ROOT),
-                env=env,
-                text=True,
-            )
-        except OSError as exc:
-            os.close(err_read)
-            raise InfraError(f"cannot start a worker process ({exc})") from None
-        finally:
-            os.close(err_write)
-        log = LogTail(err_read)
+        started = self._take_spare(command, env) or _Started.start(command, env)
+        proc, log = started.proc, started.log
+        self._span = (time.monotonic(), None)  # a spare's time begins with its job
         try:
             lines: queue.Queue[str | None] = queue.Queue()
 
@@ -465,6 +492,10 @@ class Session:
                 proc.stdin.flush()
             except (BrokenPipeError, OSError):
                 pass
+            if self.prestart and self._more and self._spare is None:
+                # The next worker imports while this one runs (the same thread starts
+                # both: the death signal follows the thread that started a worker).
+                self._spare = _Started.start([*command, PRELOAD_FLAG], env, base=command)
 
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
             finished = False  # the worker said "done"
@@ -516,6 +547,42 @@ class Session:
             self._strays += end_strays(proc.pid)
 
 
+@dataclass
+class _Started:
+    """A worker process just started: its pipes and its stderr's tail."""
+
+    command: list[str]  # as asked for (without ``--preload``: what it can serve)
+    env: dict[str, str]
+    proc: subprocess.Popen[str]
+    log: LogTail
+
+    @classmethod
+    def start(cls, argv: list[str], env: dict[str, str], base: list[str] | None = None) -> _Started:
+        """Start ``argv`` (a worker) as a process-group leader. InfraError when it cannot."""
+        err_read, err_write = os.pipe()
+        try:
+            proc = start_group(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err_write,
+                cwd=str(GUARD_ROOT),
+                env=env,
+                text=True,
+            )
+        except OSError as exc:
+            os.close(err_read)
+            raise InfraError(f"cannot start a worker process ({exc})") from None
+        finally:
+            os.close(err_write)
+        return cls(base if base is not None else argv, env, proc, LogTail(err_read))
+
+    def stop(self) -> None:
+        """Kill its group and reap it (a spare never ran a job: nothing to report)."""
+        stop_group(self.proc)
+        end_strays(self.proc.pid)
+
+
 class LogTail:
     """Drain a pipe in a thread, keeping only its last ``limit`` bytes.
 
@@ -562,8 +629,11 @@ class LogTail:
 
 
 def round_phases(workers: Sequence[tuple[float, WorkerClock, float]]) -> RoundPhases:
-    """A round's phases from its workers: (when the runner started each, its clock, when
-    the runner saw it end), all ``time.monotonic()``; seconds summed over the workers."""
+    """A round's phases from its workers: (when the runner started each, or handed its
+    job to one started ahead; its clock; when the runner saw it end), all
+    ``time.monotonic()``; seconds summed over the workers. A worker started ahead began
+    before the round did (its first line before the hand-off): its start is then only
+    the job's way through the pipe, and its imports what the preloading left."""
 
     def total(seconds: Callable[[float, WorkerClock, float], float]) -> float:
         return round(sum(max(0.0, seconds(*worker)) for worker in workers), 4)
@@ -577,8 +647,9 @@ def round_phases(workers: Sequence[tuple[float, WorkerClock, float]]) -> RoundPh
             first_calls[kernel] = first_calls.get(kernel, 0.0) + max(0.0, seconds)
     return RoundPhases(
         workers=len(workers),
-        start_s=total(lambda spawned, clock, _e: clock.main - spawned),
-        imports_s=total(lambda _s, clock, _e: clock.hello - clock.main),
+        prestarted=sum(clock.main < spawned for spawned, clock, _ in workers),
+        start_s=total(lambda spawned, clock, _e: clock.job_read - spawned),
+        imports_s=total(lambda _s, clock, _e: clock.hello - clock.job_read),
         gpu_state_s=spent("gpu_state"),
         load_s=spent("load"),
         check_s=spent("check"),

@@ -62,6 +62,7 @@ class _Clock:
 
     def __init__(self, main: float) -> None:
         self.main = main
+        self.job = time.monotonic()  # made when the job has been read
         self.hello = main
         self.spent: dict[str, float] = {}
         self.first_calls: dict[str, float] = {}
@@ -90,7 +91,14 @@ class _Clock:
     def stop(self) -> WorkerClock:
         from guard.measure.protocol import WorkerClock
 
-        return WorkerClock(self.main, self.hello, time.monotonic(), self.spent, self.first_calls)
+        return WorkerClock(
+            main=self.main,
+            job=self.job,
+            hello=self.hello,
+            done=time.monotonic(),
+            spent=self.spent,
+            first_calls=self.first_calls,
+        )
 
 
 def _in_background(read: Callable[[], T]) -> Callable[[], T]:
@@ -377,20 +385,25 @@ def _start_watchdog() -> None:
 
 def main() -> NoReturn:
     """Read the job, run it, leave (``_leave``: as the job asks)."""
-    proto, data = _read_job()
+    from guard.measure.protocol import PRELOAD_FLAG
+
+    proto, data = _read_job(preload=PRELOAD_FLAG in sys.argv[1:])
     if data is None:
         _leave(1, teardown=False)  # the guard went away before sending a job
-    _leave(_run(proto, data), teardown=bool(data.get("teardown", False)))
+    _leave(_run(proto, data, _Clock(STARTED)), teardown=bool(data.get("teardown", False)))
 
 
-def _read_job() -> tuple[TextIO, dict[str, Any] | None]:
-    """The protocol stream and the job (None: stdin ended before one came)."""
+def _read_job(preload: bool = False) -> tuple[TextIO, dict[str, Any] | None]:
+    """The protocol stream and the job (None: stdin ended before one came); ``preload``:
+    first import what does not depend on the job (``_preload``)."""
 
     _die_with_parent(os.getppid())
     # Keep the protocol on a private copy of stdout; route fd 1 to stderr.
     proto = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    if preload:
+        _preload()
     line = sys.stdin.readline()  # the job; stdin then stays open until the round ends
     if not line:
         return proto, None
@@ -398,7 +411,20 @@ def _read_job() -> tuple[TextIO, dict[str, Any] | None]:
     return proto, data
 
 
-def _run(proto: TextIO, data: dict[str, Any]) -> int:
+def _preload() -> None:
+    """Import torch, Triton and this guard's measuring modules: the same for every arm
+    (the arm's own ``kernels`` come with its job). The runner starts such a worker while
+    the one before it measures (GPU runs), so a round does not wait for these imports;
+    nothing here touches the GPU, which the measuring worker has to itself."""
+    import torch  # noqa: F401
+
+    with contextlib.suppress(ImportError):
+        import triton  # noqa: F401
+    from guard.measure import env, fingerprint, measure, proc, protocol  # noqa: F401
+    from guard.store import results, suite  # noqa: F401
+
+
+def _run(proto: TextIO, data: dict[str, Any], clock: _Clock) -> int:
     from guard.base.errors import GuardError
 
     _start_watchdog()
@@ -409,7 +435,7 @@ def _run(proto: TextIO, data: dict[str, Any]) -> int:
     try:
         from guard.measure.protocol import WorkerJob
 
-        return run_job(WorkerJob.from_json(data), proto, _Clock(STARTED))
+        return run_job(WorkerJob.from_json(data), proto, clock)
     except GuardError as exc:  # the job cannot run (its tree): the reason is the message
         _emit(proto, event="fatal", output=str(exc))
         return 1

@@ -172,7 +172,8 @@ class RoundPhases:
     the cases; the rest grows with the cases (what sharding over GPUs divides)."""
 
     workers: int = 1
-    start_s: float = 0.0  # process start to the worker's first line (the interpreter)
+    prestarted: int = 0  # of them, started ahead of the round (imports done before it)
+    start_s: float = 0.0  # process start (or its job handed over) to the job read
     imports_s: float = 0.0  # torch, the guard, the kernels package
     gpu_state_s: float = 0.0  # waiting for nvidia-smi readings (read beside other work)
     load_s: float = 0.0  # probes (the first initializes CUDA), loaders, source hashes
@@ -205,6 +206,7 @@ class RoundPhases:
     def to_json(self) -> dict[str, Any]:
         return {
             "workers": self.workers,
+            "prestarted": self.prestarted,
             **{key: getattr(self, key) for key in self.SECONDS},
             "first_calls": dict(self.first_calls),
         }
@@ -631,6 +633,9 @@ def _phases_from(reader: _Reader, raw: dict[str, Any], where: str) -> RoundPhase
     workers = reader.get(raw, "workers", where, int)
     if not 1 <= workers <= limits.MAX_CASES:
         raise reader.fail(f"{where}.workers", f"must be from 1 to {limits.MAX_CASES}")
+    prestarted = reader.get(raw, "prestarted", where, int, 0)
+    if not 0 <= prestarted <= workers:
+        raise reader.fail(f"{where}.prestarted", f"must be from 0 to workers ({workers})")
     values = {
         key: seconds(reader.get(raw, key, where, (int, float), 0.0), f"{where}.{key}")
         for key in RoundPhases.SECONDS
@@ -643,7 +648,7 @@ def _phases_from(reader: _Reader, raw: dict[str, Any], where: str) -> RoundPhase
     first_calls = tuple(
         (name, seconds(s, f"{where}.first_calls.{name}")) for name, s in firsts.items()
     )
-    return RoundPhases(workers=workers, first_calls=first_calls, **values)
+    return RoundPhases(workers=workers, prestarted=prestarted, first_calls=first_calls, **values)
 
 
 def migrate_to_2(record: dict[str, Any]) -> dict[str, Any]:
