@@ -76,6 +76,8 @@ if os.path.isfile(meta):
     rec["headline"] = o["headline"]
     rec["verdicts"] = {c["id"]: c["verdict"] for c in o["cases"]}
     rec["ratios"] = {c["id"]: c["ratio"] for c in o["cases"] if c["gate"]}
+    # Where a round's time went (the guard's own note, over every shard's rounds).
+    rec["phases_notes"] = [n for n in o.get("notes", []) if n.startswith("worker time per round")]
 print(json.dumps(rec))
 PY
   echo "=== $name (--gpus $gpus): exit $rc in $(python3 -c "print(round($t1 - $t0))") s"
@@ -121,7 +123,8 @@ if (( gpu_count >= 4 )); then
   lane 2 "phase_b 1" "phase_a 1" > "$LOGS/lane-1gpu.txt" 2>&1 &
   wait
   cat "$LOGS/lane-2gpu.txt" "$LOGS/lane-1gpu.txt"
-  lane 0,1,2,3 "phase_b 4" "phase_a 4"
+  # FOUR=0: GPU 3 stays free for other work of the same call.
+  [ "${FOUR:-1}" = 1 ] && lane 0,1,2,3 "phase_b 4" "phase_a 4"
   LANE=
 else
   phase_b 2
