@@ -8,7 +8,8 @@
 #              "regression", the other not
 # Parts (PARTS, default "gpu cpu"): gpu = examples/pytest_benchmark_gpu (torch matmul,
 # --device cuda; skipped without CUDA), cpu = examples/pytest_benchmark_demo (pure
-# Python). From the repository root:
+# Python). SCENARIOS (default "unchanged planted") picks the runs of each part.
+# From the repository root:
 #   PYTHONPATH=. OUT=/tmp/proof bash benchmarks/pytest_gpu_proof.sh
 # Prints one line per run (exit code, wall time, each case's verdict and ratio) and
 # writes $OUT/summary.txt and each run's outcome JSON ($OUT/<part>-<scenario>.json).
@@ -20,6 +21,7 @@ OUT=${OUT:-$PWD/pytest-proof-out}
 mkdir -p "$OUT"
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PARTS=${PARTS:-gpu cpu}
+SCENARIOS=${SCENARIOS:-unchanged planted}
 ROUNDS=${ROUNDS:-6}
 MAX_ROUNDS=${MAX_ROUNDS:-8}
 LIMIT=${LIMIT:-170}  # seconds per guard run
@@ -83,9 +85,11 @@ part() {  # name example device source pytest-args...
   local name=$1 example=$2 device=$3 source=$4
   shift 4
   project "$name" "$example" || { say "$name: cannot make its repository"; status=1; return; }
-  run "$name" unchanged 0 "$device" "$@"
-  plant "$name" "$source"
-  run "$name" planted 1 "$device" "$@"
+  [[ " $SCENARIOS " == *" unchanged "* ]] && run "$name" unchanged 0 "$device" "$@"
+  if [[ " $SCENARIOS " == *" planted "* ]]; then
+    plant "$name" "$source"
+    run "$name" planted 1 "$device" "$@"
+  fi
 }
 
 say "pytest-benchmark paired proof: $(date -u +%FT%TZ), host $(hostname), rounds $ROUNDS (max $MAX_ROUNDS)"

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from guard.base import shard as shard_mod
 from guard.base import stats
@@ -36,6 +36,9 @@ from guard.measure.runner import Arm, ProgressFn, Session, _noop
 from guard.store import results
 from guard.store.results import OK, RunResult
 from guard.store.suite import Suite, TimingPlan, load_suite
+
+if TYPE_CHECKING:
+    from guard.measure.resources import ResourceReport
 
 DEFAULT_SUITE = Path("suites/default.yaml")
 DEFAULT_BASELINES = Path("baselines")
@@ -302,9 +305,9 @@ def check(
     suite: Suite, opts: MeasureOptions = MeasureOptions(), progress: ProgressFn = _noop
 ) -> RunResult:
     """Correctness only."""
-    session = _session(suite, opts, progress)
-    session.check()
-    return session.results()["candidate"]
+    with _session(suite, opts, progress) as session:
+        session.check()
+        return session.results()["candidate"]
 
 
 @_unwinds_on_sigterm
@@ -317,11 +320,11 @@ def run(
 ) -> RunResult:
     """Correctness, then timing rounds (``full``: ``max_rounds`` of them, as a baseline
     needs: a stored baseline cannot be extended later, the candidate can)."""
-    session = _session(suite, opts, progress)
-    session.check()
-    rounds, max_rounds = _plan_rounds(session, opts)
-    session.time(max_rounds if full and not opts.rounds else rounds)
-    return session.results()["candidate"]
+    with _session(suite, opts, progress) as session:
+        session.check()
+        rounds, max_rounds = _plan_rounds(session, opts)
+        session.time(max_rounds if full and not opts.rounds else rounds)
+        return session.results()["candidate"]
 
 
 def baseline_path(directory: str | Path, gpu_slug: str) -> Path:
@@ -458,42 +461,43 @@ def compare_with_baseline(
 ) -> CompareOutcome:
     """Measure this tree and compare with a stored baseline (``None``: report only)."""
     session = _session(suite, opts, progress)
-    here = session.environment
-    if baseline is not None and baseline.environment.gpu_slug != here.gpu_slug:
-        raise BadInput(
-            f"{baseline.label}: environment.gpu_slug: recorded on "
-            f"{shown(baseline.environment.gpu_name)}, this machine is {shown(here.gpu_name)}"
+    with session:  # its worker started ahead ends with it, whichever way this returns
+        here = session.environment
+        if baseline is not None and baseline.environment.gpu_slug != here.gpu_slug:
+            raise BadInput(
+                f"{baseline.label}: environment.gpu_slug: recorded on "
+                f"{shown(baseline.environment.gpu_name)}, this machine is {shown(here.gpu_name)}"
+            )
+        session.check()
+        measured = session.results()["candidate"]
+        unchecked = no_gated_checked(measured)
+        if baseline is None:
+            if unchecked and not opts.time_controls:  # no verdict whatever the timings
+                return CompareOutcome(measured, None, unchecked)
+            rounds, _ = _plan_rounds(session, opts)
+            session.time(rounds)
+            return CompareOutcome(session.results()["candidate"], None, unchecked or missing_reason)
+        if unchecked and not opts.time_controls:
+            comparison = compare_runs(
+                baseline, measured, alpha=suite.timing.alpha, plan=suite.timing, paired=False
+            )
+            return CompareOutcome(measured, _untimed_controls(comparison))
+        comparison = _sequential(
+            session,
+            lambda: (baseline, session.results()["candidate"]),
+            opts,
+            paired=False,
+            time_identical=opts.time_identical,
         )
-    session.check()
-    measured = session.results()["candidate"]
-    unchecked = no_gated_checked(measured)
-    if baseline is None:
-        if unchecked and not opts.time_controls:  # no verdict whatever the timings
-            return CompareOutcome(measured, None, unchecked)
-        rounds, _ = _plan_rounds(session, opts)
-        session.time(rounds)
-        return CompareOutcome(session.results()["candidate"], None, unchecked or missing_reason)
-    if unchecked and not opts.time_controls:
-        comparison = compare_runs(
-            baseline, measured, alpha=suite.timing.alpha, plan=suite.timing, paired=False
-        )
-        return CompareOutcome(measured, _untimed_controls(comparison))
-    comparison = _sequential(
-        session,
-        lambda: (baseline, session.results()["candidate"]),
-        opts,
-        paired=False,
-        time_identical=opts.time_identical,
-    )
-    regressed = [c.case_id for c in comparison.cases if c.fails and c.interval is not None]
-    if confirm_ref and regressed:
-        names = sorted({c.split("/", 1)[1] for c in regressed})
-        kernels_ = sorted({c.split("/", 1)[0] for c in regressed})
-        confirm = compare_against(
-            suite.select(kernels_, names), confirm_ref, opts=opts, progress=progress
-        )
-        comparison = replace_cases(comparison, confirm)
-    return CompareOutcome(comparison.candidate, comparison)
+        regressed = [c.case_id for c in comparison.cases if c.fails and c.interval is not None]
+        if confirm_ref and regressed:
+            names = sorted({c.split("/", 1)[1] for c in regressed})
+            kernels_ = sorted({c.split("/", 1)[0] for c in regressed})
+            confirm = compare_against(
+                suite.select(kernels_, names), confirm_ref, opts=opts, progress=progress
+            )
+            comparison = replace_cases(comparison, confirm)
+        return CompareOutcome(comparison.candidate, comparison)
 
 
 @contextlib.contextmanager
@@ -567,32 +571,124 @@ def compare_arms(
     The PR check runs this from the base commit's checkout (the judge) with the PR's
     tree as the candidate: only ``kernels/`` comes from the PR."""
     arms = (replace(baseline, name="baseline"), replace(candidate, name="candidate"))
-    session = _session(suite, opts, progress, arms)
+    with _session(suite, opts, progress, arms) as session:
+        return _compare_in(session, opts, arms)
+
+
+def _compare_in(session: Session, opts: MeasureOptions, arms: tuple[Arm, Arm]) -> Comparison:
+    """``compare_arms`` in ``session``: the check round, then the timing rounds while
+    both trees compile for their resources."""
+    suite = session.suite
     session.check()
-
-    def pair() -> tuple[RunResult, RunResult]:
-        res = session.results()
-        return res["baseline"], res["candidate"]
-
-    if _gated_checked(pair()) or opts.time_controls:
-        comparison = _sequential(
-            session, pair, opts, paired=True, time_identical=opts.time_identical
-        )
-    else:  # nothing gated can be decided: the check round's findings, untimed
-        comparison = _untimed_controls(
-            compare_runs(
-                *pair(),
-                alpha=suite.timing.alpha,
-                plan=suite.timing,
-                paired=True,
-                family=opts.family,
-            )
-        )
     roots = [a.kernels_root or local_kernels_root() for a in arms]
-    return with_resource_changes(comparison, suite, roots[0], roots[1], progress)
+    # Both trees compile for their resources (CPU only, niced) while the GPU measures.
+    compiling = ResourceCompile(suite, roots[0], roots[1])
+    try:
+
+        def pair() -> tuple[RunResult, RunResult]:
+            res = session.results()
+            return res["baseline"], res["candidate"]
+
+        if _gated_checked(pair()) or opts.time_controls:
+            comparison = _sequential(
+                session, pair, opts, paired=True, time_identical=opts.time_identical
+            )
+        else:  # nothing gated can be decided: the check round's findings, untimed
+            comparison = _untimed_controls(
+                compare_runs(
+                    *pair(),
+                    alpha=suite.timing.alpha,
+                    plan=suite.timing,
+                    paired=True,
+                    family=opts.family,
+                )
+            )
+    except BaseException:
+        compiling.cancel()
+        raise
+    return compiling.apply(comparison)
 
 
 RESOURCE_ARCHES = ("sm_90",)  # compiled on the CPU for the notes of a paired comparison
+
+
+class ResourceCompile:
+    """Both trees' compiler resources (registers, spills, shared memory, config) for
+    exactly ``suite``'s cases, compiled without a GPU in two child processes started
+    at once, in the background: the GPU measures meanwhile (the children run at the
+    lowest CPU priority, and a cold compile of a large suite takes minutes of CPU).
+    ``apply`` waits for them and adds the changes to a comparison; ``cancel`` ends them."""
+
+    def __init__(
+        self,
+        suite: Suite,
+        base_root: str,
+        head_root: str,
+        arches: Sequence[str] = RESOURCE_ARCHES,
+    ) -> None:
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        import yaml
+
+        from guard.measure import resources
+
+        self._problem = ""  # why nothing compiles ("": compiling)
+        self._futures: tuple[Future[resources.ResourceReport], ...] = ()
+        self._tmp = tempfile.TemporaryDirectory(prefix="guard-suite-")
+        self._pool = ThreadPoolExecutor(max_workers=2)  # two child processes at once
+        suite_file = suite.source
+        if not suite_file or not Path(suite_file).is_file():
+            # A suite read from a commit (guard.ci --base: "suites/default.yaml@<sha>")
+            # has no file here: the child reads the same parsed YAML from a copy.
+            if not suite.raw:
+                self._problem = f"the suite {shown(suite.source)} has no file to compile from"
+                return
+            suite_file = str(Path(self._tmp.name) / "suite.yaml")
+            try:
+                Path(suite_file).write_text(yaml.safe_dump(suite.raw, sort_keys=False), "utf-8")
+            except (OSError, yaml.YAMLError) as exc:
+                self._problem = f"cannot copy the suite {shown(suite.source)}: {exc}"
+                return
+        kernels_ = sorted({c.kernel for c in suite.cases})
+        ids = [c.id for c in suite.cases]  # not every kernel x name: a shard is a set of ids
+
+        def collect(root: str) -> resources.ResourceReport:
+            return resources.collect_in_tree(
+                root, suite_file, arches, 300, kernels=kernels_, case_ids=ids
+            )
+
+        self._futures = tuple(self._pool.submit(collect, root) for root in (base_root, head_root))
+
+    def cancel(self) -> None:
+        """End both children (their process groups) and the pool."""
+        if any(not f.done() for f in self._futures):
+            kill_running_groups()  # the caller is unwinding: its workers are done with
+        self._pool.shutdown(wait=True)
+        self._tmp.cleanup()
+
+    def apply(self, comparison: Comparison) -> Comparison:
+        """The comparison with each case's resource changes. A change is a note beside
+        the verdict, never a failure; when it cannot be computed (a compile failure,
+        records from one tree only), a note says so and the verdict stands: a hook that
+        could not report must not look like "no change"."""
+
+        def unavailable(why: str) -> Comparison:
+            note = f"compiler resources not compared: {why}"
+            return replace(comparison, notes=(*comparison.notes, note))
+
+        if self._problem:
+            self.cancel()
+            return unavailable(self._problem)
+        try:
+            base, head = self._futures[0].result(), self._futures[1].result()
+        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM (sigterm_unwinds)
+            self.cancel()  # or the pool waits out the children's timeout
+            raise
+        except GuardError as exc:
+            self.cancel()
+            return unavailable(shown(str(exc)))
+        self.cancel()
+        return _with_reports(comparison, base, head)
 
 
 def with_resource_changes(
@@ -600,57 +696,18 @@ def with_resource_changes(
     suite: Suite,
     base_root: str,
     head_root: str,
-    progress: ProgressFn = _noop,
     arches: Sequence[str] = RESOURCE_ARCHES,
 ) -> Comparison:
-    """The comparison with each case's compiler-resource changes (registers, spills,
-    shared memory, config) between the two trees, compiled without a GPU. A change is
-    a note beside the verdict, never a failure; when it cannot be computed (a compile
-    failure, records from one tree only), a note says so and the verdict stands: a hook
-    that could not report must not look like "no change"."""
-    from concurrent.futures import ThreadPoolExecutor
+    """``comparison`` with the resource changes of ``suite``'s cases between the two
+    trees, compiled now (``ResourceCompile``, waited for)."""
+    return ResourceCompile(suite, base_root, head_root, arches).apply(comparison)
 
-    import yaml
 
+def _with_reports(comparison: Comparison, base: ResourceReport, head: ResourceReport) -> Comparison:
+    """The comparison with both trees' resource reports: changes per case, notes for
+    what could not be compared, and each run's records as its results file keeps them."""
     from guard.measure import resources
 
-    def unavailable(why: str) -> Comparison:
-        note = f"compiler resources not compared: {why}"
-        return replace(comparison, notes=(*comparison.notes, note))
-
-    names = sorted({c.name for c in suite.cases})
-    kernels_ = sorted({c.kernel for c in suite.cases})
-    with tempfile.TemporaryDirectory(prefix="guard-suite-") as tmp:
-        suite_file = suite.source
-        if not suite_file or not Path(suite_file).is_file():
-            # A suite read from a commit (guard.ci --base: "suites/default.yaml@<sha>")
-            # has no file here: the child reads the same parsed YAML from a copy.
-            if not suite.raw:
-                return unavailable(f"the suite {shown(suite.source)} has no file to compile from")
-            suite_file = str(Path(tmp) / "suite.yaml")
-            try:
-                Path(suite_file).write_text(yaml.safe_dump(suite.raw, sort_keys=False), "utf-8")
-            except (OSError, yaml.YAMLError) as exc:
-                return unavailable(f"cannot copy the suite {shown(suite.source)}: {exc}")
-
-        def collect(root: str) -> resources.ResourceReport:
-            return resources.collect_in_tree(
-                root, suite_file, arches, 300, kernels=kernels_, case_names=names
-            )
-
-        try:
-            with ThreadPoolExecutor(max_workers=2) as pool:  # two child processes at once
-                base_future, head_future = (
-                    pool.submit(collect, base_root),
-                    pool.submit(collect, head_root),
-                )
-                try:
-                    base, head = base_future.result(), head_future.result()
-                except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM (sigterm_unwinds)
-                    kill_running_groups()  # or the pool waits out the children's timeout
-                    raise
-        except GuardError as exc:
-            return unavailable(shown(str(exc)))
     changes = resources.diff_cases(base.cases, head.cases)
     cases = tuple(
         replace(c, resource_changes=tuple(str(x) for x in changes.get(c.case_id, ())))
@@ -676,7 +733,7 @@ def with_resource_changes(
             f"(only in the {side})",
         )
 
-    def stored(run: RunResult, report: resources.ResourceReport) -> RunResult:
+    def stored(run: RunResult, report: ResourceReport) -> RunResult:
         """The run with each case's records, as its results file keeps them."""
         return replace(
             run,

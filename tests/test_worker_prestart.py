@@ -3,8 +3,9 @@ imports torch, Triton and the guard (``--preload``) and waits for its job.
 
 The round stays a fresh process of its own arm: the job, handed over when the round
 begins, says which arm's kernels to import; nothing from ``kernels`` is imported ahead.
-A worker left over when the call ends is stopped, and one that died waiting is replaced
-by a fresh one. Nothing here asserts a duration.
+The worker left when the session closes is stopped (every core entry point closes its
+session, however it returns), and one that died waiting is replaced by a fresh one.
+Nothing here asserts a duration.
 """
 
 from __future__ import annotations
@@ -69,19 +70,21 @@ def _two_arm_session(tiny_suite, tmp_path, **kw) -> Session:
     )
 
 
-def test_every_worker_but_each_calls_first_is_started_ahead(tiny_suite, tmp_path):
-    session = _two_arm_session(tiny_suite, tmp_path, prestart=True)
-    session.check()
-    assert session._spare is None and not proc._RUNNING  # none outlives the call
-    session.time(2)
-    assert session._spare is None and not proc._RUNNING
-    res = session.results()
+def test_every_worker_but_the_sessions_first_is_started_ahead(tiny_suite, tmp_path):
+    with _two_arm_session(tiny_suite, tmp_path, prestart=True) as session:
+        session.check()
+        spare = session._spare  # waits across calls: the timing rounds' first takes it
+        assert spare is not None and spare.proc.poll() is None
+        session.time(2)
+        res = session.results()
+    assert session._spare is None and not proc._RUNNING  # none outlives the session
+    assert spare.proc.poll() is not None
     for arm in ("baseline", "candidate"):
         cases = res[arm].cases
         assert len(cases) == 4 and all(c.status == OK for c in cases)
         assert all(len(c.rounds) == 2 for c in cases)
-    # The calls' order: check baseline, check candidate; then rounds 1 (baseline first)
-    # and 2 (candidate first). The first worker of each call starts cold.
+    # The order: check baseline, check candidate; rounds 1 (baseline first) and 2
+    # (candidate first). Only the session's first worker starts cold.
     started_ahead = {
         (r.index, r.arm): r.phases.prestarted
         for arm in ("baseline", "candidate")
@@ -91,7 +94,7 @@ def test_every_worker_but_each_calls_first_is_started_ahead(tiny_suite, tmp_path
     assert started_ahead == {
         (0, "baseline"): 0,
         (0, "candidate"): 1,
-        (1, "baseline"): 0,
+        (1, "baseline"): 1,
         (1, "candidate"): 1,
         (2, "candidate"): 1,
         (2, "baseline"): 1,
@@ -117,13 +120,13 @@ def test_a_spare_that_cannot_serve_is_stopped_and_a_fresh_worker_runs(tiny_suite
     else:
         spare = _Started.start([*command, PRELOAD_FLAG], env, base=[*command, "--other"])
     session._spare = spare
-    session._more = True
     assert session._take_spare(command, env) is None
     assert spare.proc.poll() is not None and spare.proc.pid not in proc._RUNNING
-    session._spare = None
-    session.check()
+    with session:
+        session.check()
     for arm in ("baseline", "candidate"):
         assert all(c.status == OK for c in session.results()[arm].cases)
+    assert not proc._RUNNING
 
 
 def test_a_started_ahead_workers_round_begins_when_its_job_is_handed_over():
@@ -157,3 +160,29 @@ def test_the_phases_note_says_how_many_rounds_had_their_worker_started_ahead():
     rounds = (info(0, 0), info(1, 0), info(2, 1), info(3, 1))
     assert phases_summary(rounds).endswith("; 2 of 3 rounds' workers started ahead (imported)")
     assert "started ahead" not in phases_summary(rounds[:2])
+
+
+@pytest.mark.parametrize("entry", ["compare_arms", "run", "compare_with_baseline"])
+def test_the_core_entry_points_leave_no_worker_started_ahead(tiny_suite, monkeypatch, entry):
+    from guard import core
+
+    made: list[Session] = []
+    real = core._session
+
+    def session_ahead(*args: object, **kw: object) -> Session:
+        session = real(*args, **kw)  # type: ignore[arg-type]
+        session.prestart = True  # as on a GPU
+        made.append(session)
+        return session
+
+    monkeypatch.setattr(core, "_session", session_ahead)
+    suite = load_suite(tiny_suite)
+    opts = core.MeasureOptions(device="cpu", rounds=1, max_rounds=1)
+    if entry == "compare_arms":
+        core.compare_arms(suite, Arm("baseline", str(ROOT)), Arm("candidate", str(ROOT)), opts=opts)
+    elif entry == "run":
+        core.run(suite, opts)
+    else:
+        core.compare_with_baseline(suite, None, opts=opts)
+    assert made and all(s._spare is None for s in made)
+    assert not proc._RUNNING

@@ -21,13 +21,15 @@ Report file format (``schema_version``):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 _REASON_CHARS = 600
+
 
 @dataclass(frozen=True)
 class ResourceChange:
@@ -279,6 +282,7 @@ def collect_in_tree(
     *,
     kernels: Sequence[str] = (),
     case_names: Sequence[str] = (),
+    case_ids: Sequence[str] = (),
     python: str | None = None,
 ) -> ResourceReport:
     """``collect_resources`` in a child process over ``tree``'s kernels.
@@ -286,7 +290,9 @@ def collect_in_tree(
     The child runs this guard's code (``python -m guard.measure.resources``, as a worker does)
     with ``tree`` first on ``sys.path``, so ``tree/kernels`` is what compiles and the
     suite's kernel names are checked against that tree's registry. ``kernels`` and
-    ``case_names`` select cases (``Suite.select``). The child and everything it starts
+    ``case_names`` select cases (``Suite.select``), ``case_ids`` exactly these (a shard's
+    cases are not every kernel by every name). The child runs at the lowest CPU priority
+    (it compiles while the GPU measures). The child and everything it starts
     (nvcc, ptxas) run in their own process group, killed at ``timeout_s``.
 
     Raises InfraError when the child fails, times out or writes nothing, BadInput when
@@ -304,6 +310,8 @@ def collect_in_tree(
             cmd += ["--kernels", *kernels]
         if case_names:
             cmd += ["--cases", *case_names]
+        if case_ids:
+            cmd += ["--case-ids", *case_ids]
         try:
             run = run_group(cmd, timeout_s, env, stdout_limit=_TAIL, stderr_limit=_TAIL)
         except OSError as exc:
@@ -342,7 +350,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kernels-root", help="a tree whose kernels/ to compile")
     parser.add_argument("--kernels", nargs="*", default=None, help="only these kernels")
     parser.add_argument("--cases", nargs="*", default=None, help="only these case names")
+    parser.add_argument("--case-ids", nargs="*", default=None, help="only these case ids")
     args = parser.parse_args(argv)
+    with contextlib.suppress(OSError, AttributeError):
+        os.nice(19)  # a background compile: the measuring worker keeps the CPU it needs
     try:
         if args.kernels_root:  # its kernels (and no other tree's), this guard
             from guard.measure.proc import import_kernels_from
@@ -352,6 +363,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from guard.store.suite import load_suite
 
         suite = load_suite(args.suite).select(args.kernels, args.cases)
+        if args.case_ids is not None:
+            unknown = sorted(set(args.case_ids) - {c.id for c in suite.cases})
+            if unknown:
+                raise BadInput(f"{args.suite}: no case with id {', '.join(unknown)}")
+            suite = replace(suite, cases=tuple(c for c in suite.cases if c.id in args.case_ids))
         report = collect_resources(suite, args.arch)
         write_atomic(args.out, json.dumps(report.to_json(), indent=1) + "\n")
     except GuardError as exc:

@@ -30,11 +30,12 @@ Each round records where its time went (``RoundPhases``: the worker's clock set 
 when the runner started it and saw it end), when every worker of the round finished.
 
 Started ahead (``prestart``, on by default on a GPU): while a worker measures, the next
-worker of the same call (``check`` or ``time``) is started with ``--preload``: it imports
-torch, Triton and the guard, then waits for its job, so the next round does not pay for
-those imports. It is still a fresh process per round, it touches neither the GPU nor the
-arm's kernels until its job comes, and the job says which arm it serves. Not on a CPU,
-where its imports would take a core from the measurement, nor under compute-sanitizer.
+worker is started with ``--preload``: it imports torch, Triton and the guard, then waits
+for its job, so the next round does not pay for those imports. It is still a fresh
+process per round, it touches neither the GPU nor the arm's kernels until its job
+comes, and the job says which arm it serves. The one left when the session ends is
+stopped by ``close`` (a Session is a context manager). Not on a CPU, where its imports
+would take a core from the measurement, nor under compute-sanitizer.
 """
 
 from __future__ import annotations
@@ -197,7 +198,6 @@ class Session:
         self.prestart = (device == "cuda") if prestart is None else prestart
         self.prestart = self.prestart and not sanitize
         self._spare: _Started | None = None  # the next worker, started ahead
-        self._more = False  # another worker follows within this check() or time() call
         self.states = {a.name: {c.id: _CaseState(c) for c in suite.cases} for a in self.arms}
         self.round_infos: dict[str, list[RoundInfo]] = {a.name: [] for a in self.arms}
         self.rounds_done = 0
@@ -212,11 +212,9 @@ class Session:
 
     def check(self) -> None:
         """Round 0: correctness of every case in every arm."""
-        with self._workers_ahead():
-            for i, arm in enumerate(self.arms):
-                cases = list(self.suite.cases)
-                self._more = i + 1 < len(self.arms)
-                self._round(arm, "check", cases, 0, 0)
+        for arm in self.arms:
+            cases = list(self.suite.cases)
+            self._round(arm, "check", cases, 0, 0)
 
     def time(self, n_rounds: int, case_ids: Sequence[str] | None = None) -> None:
         """``n_rounds`` more timing rounds of the cases that passed in every arm."""
@@ -230,29 +228,26 @@ class Session:
         if not cases:
             return
         total = self.rounds_done + n_rounds
-        with self._workers_ahead():
-            for n in range(n_rounds):
-                self.rounds_done += 1
-                r = self.rounds_done
-                # Alternate which arm goes first.
-                arms = self.arms if r % 2 else tuple(reversed(self.arms))
-                for i, arm in enumerate(arms):
-                    order = list(cases)
-                    random.Random(self.seed + r).shuffle(order)
-                    self._more = n + 1 < n_rounds or i + 1 < len(arms)
-                    self._round(arm, "time", order, r, total)
+        for _ in range(n_rounds):
+            self.rounds_done += 1
+            r = self.rounds_done
+            arms = self.arms if r % 2 else tuple(reversed(self.arms))  # who goes first
+            for arm in arms:
+                order = list(cases)
+                random.Random(self.seed + r).shuffle(order)
+                self._round(arm, "time", order, r, total)
 
-    @contextlib.contextmanager
-    def _workers_ahead(self) -> Generator[None, None, None]:
-        """A worker started ahead serves this call only: the one left over (the call
-        ended, or a worker crashed) is stopped on the way out."""
-        try:
-            yield
-        finally:
-            self._more = False
-            if self._spare is not None:
-                spare, self._spare = self._spare, None
-                spare.stop()
+    def close(self) -> None:
+        """Stop the worker started ahead, if any (it never ran a job)."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.stop()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _arm_environment(self, arm: Arm) -> Environment:
         if not arm.kernels_root:
@@ -492,7 +487,7 @@ class Session:
                 proc.stdin.flush()
             except (BrokenPipeError, OSError):
                 pass
-            if self.prestart and self._more and self._spare is None:
+            if self.prestart and self._spare is None:
                 # The next worker imports while this one runs (the same thread starts
                 # both: the death signal follows the thread that started a worker).
                 self._spare = _Started.start([*command, PRELOAD_FLAG], env, base=command)
