@@ -8,7 +8,8 @@
 #              "regression", the other not
 # Parts (PARTS, default "gpu cpu"): gpu = examples/pytest_benchmark_gpu (torch matmul,
 # --device cuda; skipped without CUDA), cpu = examples/pytest_benchmark_demo (pure
-# Python). SCENARIOS (default "unchanged planted") picks the runs of each part.
+# Python). SCENARIOS (default "unchanged planted") picks the runs of each part;
+# THRESHOLD (e.g. min:5%) is passed as --threshold.
 # From the repository root:
 #   PYTHONPATH=. OUT=/tmp/proof bash benchmarks/pytest_gpu_proof.sh
 # Prints one line per run (exit code, wall time, each case's verdict and ratio) and
@@ -22,6 +23,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 PARTS=${PARTS:-gpu cpu}
 SCENARIOS=${SCENARIOS:-unchanged planted}
+THRESHOLD=${THRESHOLD:-}  # e.g. min:5% (each round its fastest sample); default median:5%
 ROUNDS=${ROUNDS:-6}
 MAX_ROUNDS=${MAX_ROUNDS:-8}
 LIMIT=${LIMIT:-170}  # seconds per guard run
@@ -66,7 +68,8 @@ run() {  # part scenario want device pytest-args...
   local t0=$SECONDS
   (cd "$WORK/$part" && timeout --signal=KILL "$LIMIT" python3 -m guard compare \
     --against HEAD --device "$device" --rounds "$ROUNDS" --max-rounds "$MAX_ROUNDS" -q --json \
-    --out "$WORK/$part-$scenario-results.json" --pytest . "$@") \
+    --out "$WORK/$part-$scenario-results.json" ${THRESHOLD:+--threshold "$THRESHOLD"} \
+    --pytest . "$@") \
     > "$OUT/$part-$scenario.json" 2> "$WORK/$part-$scenario.log"
   local rc=$?
   say "$part $scenario: exit $rc (want $want) in $((SECONDS - t0)) s; $(verdicts "$OUT/$part-$scenario.json")"
@@ -92,7 +95,7 @@ part() {  # name example device source pytest-args...
   fi
 }
 
-say "pytest-benchmark paired proof: $(date -u +%FT%TZ), host $(hostname), rounds $ROUNDS (max $MAX_ROUNDS)"
+say "pytest-benchmark paired proof: $(date -u +%FT%TZ), host $(hostname), rounds $ROUNDS (max $MAX_ROUNDS), threshold ${THRESHOLD:-median:5%}"
 if ! python3 -c 'import pytest_benchmark' 2>/dev/null; then
   say "pytest-benchmark is not installed here (pip install pytest-benchmark)"
   exit 3

@@ -212,7 +212,8 @@ def _pytest_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--threshold",
         metavar="median:N%",
-        help="smallest slowdown worth failing a pytest-benchmark case for (default median:5%%)",
+        help="smallest slowdown worth failing a pytest-benchmark case for (default median:5%%; "
+        "min:N%% decides each round by its fastest sample, for a CPU shared with other work)",
     )
     g.add_argument(
         "--pytest",

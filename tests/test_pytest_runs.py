@@ -222,3 +222,59 @@ def test_an_empty_folder_is_refused(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(BadInput, match=r"no pytest-benchmark \.json file"):
         pytest_runs.run_files([tmp_path / "empty"], "--baseline-runs")
+
+
+def _contended_runs(
+    folder: Path, template: dict, shares: list[float], ratios: dict[str, float]
+) -> Path:
+    """Runs of a CPU shared with other work: in run i, about ``shares[i]`` of the samples
+    (drawn afresh) are 1.6x slower (the process lost its core for that part of its run)."""
+    sub = folder / "Linux-CPython-3.11-64bit"
+    sub.mkdir(parents=True)
+    rng = random.Random()
+    for i, share in enumerate(shares):
+        doc = copy.deepcopy(template)
+        for bench in doc["benchmarks"]:
+            scale = ratios.get(bench["name"], 1.0)
+            bench["stats"]["data"] = [  # ten times the template's samples: a longer run
+                x * scale * (1.6 if rng.random() < share else 1.0)
+                for x in bench["stats"]["data"] * 10
+            ]
+        (sub / f"{i + 1:04d}_run.json").write_text(json.dumps(doc))
+    return folder
+
+
+@pytest.mark.parametrize("ratio", [1.0, 1.1])
+def test_min_decides_rounds_slowed_for_part_of_their_run(tmp_path, template, capsys, ratio):
+    """median:5% cannot decide a 10% slowdown, or no change, when each run lost its core
+    for a different share of its samples; min:5% (each round its fastest sample) can."""
+    cand_ratios = {"test_checksum": ratio}
+    # Medians of rounds slowed for more than half their samples sit near 1.6x.
+    base = _contended_runs(tmp_path / "old", template, [0.7, 0.0, 0.6, 0.1, 0.65, 0.2], {})
+    cand = _contended_runs(tmp_path / "new", template, [0.0, 0.7, 0.1, 0.6, 0.2, 0.65], cand_ratios)
+    argv = ["compare", "--baseline-runs", str(base), "--candidate-runs", str(cand), "--json"]
+    code, doc = _run_json(capsys, [*argv, "--threshold", "median:5%"])
+    assert _verdicts(doc)[CHECKSUM] == "inconclusive"
+    code, doc = _run_json(capsys, [*argv, "--threshold", "min:5%"])
+    want = "regression" if ratio > 1 else "unchanged"
+    assert _verdicts(doc) == {CHECKSUM: want, FOLD: "unchanged"}
+    assert code == (1 if ratio > 1 else 0)
+    # Each round of the files compared is its fastest sample, and the run says so.
+    run, _ = pytest_runs.load_sides([base], [cand], threshold="min:5%")
+    lows = {b["name"]: min(b["stats"]["data"]) for b in template["benchmarks"]}
+    assert [len(r) for c in run.cases for r in c.rounds] == [1] * 12
+    assert all(c.rounds[0][0] >= lows[c.case.name.rsplit("::", 1)[1]] for c in run.cases)
+    note = "threshold min:5%: each round stands as its fastest sample"
+    assert any(n.startswith(note) for n in run.notes)
+
+
+def test_a_suite_refuses_a_min_threshold(tmp_path):
+    from guard.store.suite import load_suite
+
+    text = (ROOT / "suites" / "default.yaml").read_text().replace('"median:2%"', '"min:2%"', 1)
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    with pytest.raises(
+        BadInput, match=r"threshold: 'min:2%': a suite's cases are decided on medians"
+    ):
+        load_suite(path)

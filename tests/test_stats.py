@@ -76,9 +76,7 @@ def test_verdict_is_monotone_in_the_effect(rng):
             [x * effect * n for x, n in zip(r, nr, strict=False)]
             for r, nr in zip(base, noise, strict=False)
         ]
-        verdict, _ = stats.decide(
-            base, cand, RULE, confidence=CONF, rng=np.random.default_rng(0)
-        )
+        verdict, _ = stats.decide(base, cand, RULE, confidence=CONF, rng=np.random.default_rng(0))
         assert order[verdict] >= last
         last = order[verdict]
     assert last == 2
@@ -166,14 +164,17 @@ def test_family_confidence_bonferroni():
         stats.family_confidence(0.0, 3)
 
 
-@pytest.mark.parametrize("text", ["median:2%", " median : 0.5 % ", "median:10%"])
+@pytest.mark.parametrize("text", ["median:2%", " median : 0.5 % ", "median:10%", "min:5%"])
 def test_threshold_parse(text):
     t = Threshold.parse(text)
     assert 0 < t.min_effect < 1
+    assert t.statistic == text.split(":")[0].strip()
     assert Threshold.parse(str(t)) == t
 
 
-@pytest.mark.parametrize("text", ["mean:2%", "median:2", "median:0%", "median:150%", "", "2%"])
+@pytest.mark.parametrize(
+    "text", ["mean:2%", "median:2", "median:0%", "median:150%", "", "2%", "max:5%", "min:0%"]
+)
 def test_threshold_rejects(text):
     with pytest.raises(ValueError):
         Threshold.parse(text)

@@ -90,9 +90,10 @@ class PytestArm:
 
 
 def parse_args(args: Sequence[str], threshold: str | None) -> tuple[tuple[str, ...], str]:
-    """ARGS for pytest, and the threshold: ``--benchmark-compare-fail=median:N%`` in ARGS
-    (pytest-benchmark's notation; only the median means something here) sets it, as
-    ``threshold`` does (both: BadInput). Options in ``REFUSED``: BadInput."""
+    """ARGS for pytest, and the threshold: ``--benchmark-compare-fail=median:N%`` (or
+    ``min:N%``) in ARGS (pytest-benchmark's notation; of its fields, the median and the
+    minimum mean something here) sets it, as ``threshold`` does (both: BadInput).
+    Options in ``REFUSED``: BadInput."""
     out: list[str] = []
     found: str | None = None
     items = list(args)
@@ -105,7 +106,7 @@ def parse_args(args: Sequence[str], threshold: str | None) -> tuple[tuple[str, .
         if name == COMPARE_FAIL:
             if not eq:
                 if i + 1 >= len(items):
-                    raise BadInput(f"--pytest {COMPARE_FAIL}: needs a value (median:N%)")
+                    raise BadInput(f"--pytest {COMPARE_FAIL}: needs a value (median:N%, min:N%)")
                 i += 1
                 value = items[i]
             for part in value.split(","):
@@ -113,8 +114,8 @@ def parse_args(args: Sequence[str], threshold: str | None) -> tuple[tuple[str, .
                     results.pytest_case("x", part.strip())
                 except ValueError as exc:
                     raise BadInput(
-                        f"--pytest {COMPARE_FAIL}={value}: {exc} (only the median is decided "
-                        "here, as median:N%)"
+                        f"--pytest {COMPARE_FAIL}={value}: {exc} (only the median and the "
+                        "minimum are decided here, as median:N% or min:N%)"
                     ) from None
                 found = part.strip()
             i += 1

@@ -250,9 +250,13 @@ def _no_unknown(data: dict[str, Any], allowed: set[str], source: str, where: str
 
 def _threshold(value: Any, source: str, where: str) -> Threshold:
     try:
-        return Threshold.parse(value)
+        threshold = Threshold.parse(value)
     except ValueError as exc:
         raise _fail(source, where, str(exc)) from None
+    if threshold.statistic != "median":  # min:N% is for pytest-benchmark rounds on a CPU
+        why = f"{shown(value)}: a suite's cases are decided on medians (median:N%)"
+        raise _fail(source, where, why)
+    return threshold
 
 
 # What a worker may be asked to measure: no more than a results file may hold.
