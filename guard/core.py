@@ -96,13 +96,17 @@ class Shard:
 
 def shard_costs(suite: Suite, baseline: RunResult | None) -> dict[str, float]:
     """Each case's expected seconds per arm (``guard.base.shard.case_costs``), from its
-    time in ``baseline`` (this GPU's stored baseline; None: split by count) under the
+    time in ``baseline`` (this GPU's stored baseline), else from its FLOPs, under the
     suite's GPU timing plan, the same on every machine."""
+    from guard.store.suite import flops
+
     plan = suite.timing
     per_call: dict[str, float | None] = {}
+    work: dict[str, float] = {c.id: flops(c.shape, c.causal) for c in suite.cases}
     if baseline is not None:
         for c in baseline.cases:
             per_call[c.id] = stats.case_time(c.rounds) if c.status == OK else None
+            work.setdefault(c.id, flops(c.case.shape, c.case.causal))
     return shard_mod.case_costs(
         [c.id for c in suite.cases],
         per_call,
@@ -110,6 +114,7 @@ def shard_costs(suite: Suite, baseline: RunResult | None) -> dict[str, float]:
         samples_per_round=plan.samples_per_round,
         sample_target_s=plan.sample_target_ms * 1e-3,
         fixed_s=plan.warmup_ms * 1e-3,
+        work=work,
     )
 
 

@@ -264,3 +264,49 @@ def test_a_pinned_worker_reads_its_own_gpus_clocks(monkeypatch: pytest.MonkeyPat
     assert asked[-1][asked[-1].index("-i") + 1] == "0"
     assert guard_env.smi_gpu_id("GPU-5d2c,GPU-77aa") == "GPU-5d2c"
     assert guard_env.smi_gpu_id("MIG-1/2/3") == "0"  # not an nvidia-smi -i id: the first GPU
+
+
+# ----------------------------------------------------------------- cases the baseline lacks
+
+
+def test_a_case_the_baseline_lacks_is_estimated_from_its_work() -> None:
+    per_call = {"a": 0.002, "b": 0.008, "c": None}  # 1e-15 s and 2e-15 s per unit of work
+    work = {"a": 2e12, "b": 4e12, "c": 3e12, "d": 1e13}
+    costs = shard.case_costs(
+        ["a", "b", "c", "d"], per_call, rounds=2, samples_per_round=10, sample_target_s=1e-3,
+        work=work,
+    )  # fmt: skip
+    rate = 2e-15  # the median of the two known rates (the upper one of two)
+    assert costs["c"] == pytest.approx(2 * 10 * 3e12 * rate)
+    assert costs["d"] == pytest.approx(2 * 10 * 1e13 * rate)
+    # Nothing known: the default rate, so a long case still weighs more than a short one.
+    alone = shard.case_costs(
+        ["c", "d"], {}, rounds=2, samples_per_round=10, sample_target_s=1e-3, work=work
+    )
+    assert alone["d"] == pytest.approx(2 * 10 * 1e13 * shard.DEFAULT_S_PER_WORK)
+    assert alone["d"] > alone["c"]
+
+
+def test_the_full_suite_without_its_baseline_splits_by_flops_not_by_count() -> None:
+    """Two shards of suites/full.yaml with a baseline of the default suite only: with
+    each case's time proportional to its FLOPs (floored at the sample target), the
+    slower shard carries at most 2% more than half the work (by count: 5.5%)."""
+    from conftest import ROOT
+
+    from guard import core
+    from guard.store.suite import flops, load_suite
+
+    suite = load_suite(ROOT / "suites" / "full.yaml")
+    plan = suite.timing
+    costs = core.shard_costs(suite, None)
+    true = {
+        c.id: plan.rounds
+        * (plan.samples_per_round * max(flops(c.shape, c.causal) * 3e-15, 1e-3) + 0.0)
+        for c in suite.cases
+    }
+    ids = [c.id for c in suite.cases]
+    two = shard.balance(ids, costs, 2)
+    assert shard.makespan(true, two) <= 1.02 * sum(true.values()) / 2
+    assert (
+        costs["triton_flash/b1-h8-s16384-d128-causal"] > costs["triton_flash/b1-h8-s128-d64-full"]
+    )

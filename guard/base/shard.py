@@ -13,7 +13,11 @@ runner of a CI matrix, and each GPU's process, computes its own share alone.
 A case's cost is what one arm of it takes per round: ``samples_per_round`` samples,
 each a replay of at least ``sample_target_s`` (a slower call is one sample), plus a
 fixed part per case (its warm-up), times the rounds. The per-call time is the case's
-time in this GPU's baseline; a case the baseline lacks gets the mean of the known ones.
+time in this GPU's baseline. A case the baseline lacks is estimated from its work (for
+attention, its FLOPs) at the seconds per unit of work of the known cases (their median),
+or at ``DEFAULT_S_PER_WORK`` when none is known: the full suite's lengths run from 128
+to 16384, so a split by count leaves one shard much longer than another. A case of no
+known work gets the mean of the known costs.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 MAX_SHARDS = 64  # shards of one suite (GPUs of a host times runners of a kind)
+# Seconds per FLOP with no case known: about 330 TFLOPS, an H100's attention forward.
+DEFAULT_S_PER_WORK = 3e-15
 
 
 @dataclass(frozen=True)
@@ -108,15 +114,29 @@ def case_costs(
     samples_per_round: int,
     sample_target_s: float,
     fixed_s: float = 0.0,
+    work: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
-    """Expected seconds of one arm of each case over ``rounds`` rounds (module doc);
-    a case without a known positive per-call time gets the mean of the known costs
+    """Expected seconds of one arm of each case over ``rounds`` rounds (module doc). A
+    case without a known positive per-call time is estimated from its ``work`` (its
+    FLOPs) at the known cases' median seconds per unit of work, or at
+    ``DEFAULT_S_PER_WORK``; one without work either gets the mean of the costs so far
     (1.0 each when none is known: then the split is by count)."""
-    known = {
-        cid: rounds * (samples_per_round * max(t, sample_target_s) + fixed_s)
-        for cid in case_ids
-        if (t := per_call_s.get(cid)) is not None and t > 0.0 and t == t and t != float("inf")
-    }
+    work = work or {}
+
+    def positive(x: float | None) -> float:
+        """``x`` when a positive finite number, else 0."""
+        return x if x is not None and 0.0 < x < float("inf") else 0.0
+
+    def cost(t: float) -> float:
+        return rounds * (samples_per_round * max(t, sample_target_s) + fixed_s)
+
+    times = {cid: t for cid in case_ids if (t := positive(per_call_s.get(cid)))}
+    rates = sorted(times[c] / w for c in times if (w := positive(work.get(c))))
+    rate = rates[len(rates) // 2] if rates else DEFAULT_S_PER_WORK
+    for cid in case_ids:
+        if cid not in times and (w := positive(work.get(cid))):
+            times[cid] = w * rate
+    known = {cid: cost(t) for cid, t in times.items()}
     fill = sum(known.values()) / len(known) if known else 1.0
     return {cid: known.get(cid, fill) for cid in case_ids}
 
