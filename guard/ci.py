@@ -368,10 +368,12 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str],
             args.measured_shard = shard  # run() records it in the outcome
             suite, opts = shard.suite, replace(opts, family=shard.family)
         progress = terminal.ProgressPrinter(prefix="[perf-guard]")
+        started = time.monotonic()
         try:
             comparison = core.compare_arms(suite, base_arm, cand_arm, opts=opts, progress=progress)
         finally:
             progress.close()
+        args.measured_s = time.monotonic() - started  # main() says where the wall time went
         roots = [Path(a.kernels_root or local_kernels_root()) for a in (base_arm, cand_arm)]
         return comparison, changes, _profiles(comparison, *roots)
     raise AssertionError("unreachable")  # pragma: no cover  (the with block returns)
@@ -593,7 +595,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def wall_line(total_s: float, measured_s: float | None) -> str:
+    """Where the check's wall time went: measuring (the rounds and the decisions between
+    them) against the rest (set-up; profiles, reports), which sharding does not divide."""
+    line = f"wall {total_s:.0f} s"
+    if measured_s is not None:
+        rest = max(0.0, total_s - measured_s)
+        line += f": measuring {measured_s:.0f} s, the rest {rest:.0f} s (set-up, reports)"
+    return line
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    started = time.monotonic()
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # --gpus passes them on
     if args.shard and args.gpus:
@@ -615,6 +628,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return int(code)
     print(f"[perf-guard] {text.one_line(outcome.headline)}", file=sys.stderr)
+    measured = getattr(args, "measured_s", None)
+    print(f"[perf-guard] {wall_line(time.monotonic() - started, measured)}", file=sys.stderr)
     print(
         f"[perf-guard] verdict {outcome.verdict.value}, exit code {int(outcome.exit_code)}",
         file=sys.stderr,

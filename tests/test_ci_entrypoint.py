@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -282,6 +283,11 @@ def test_an_unrelated_change_passes(repo: Repo, tmp_path: Path) -> None:
     assert r.outcome["tested_commit"] == repo.prs["same"]
     assert r.outcome["judge_commit"] == repo.base
     assert _case(r, DEMO_CASE)["verdict"] in ("unchanged", "identical")
+    # Where the wall time went: measuring against the rest (what sharding cannot divide).
+    [wall] = [ln for ln in r.stderr.splitlines() if ln.startswith("[perf-guard] wall ")]
+    total, measured, rest = (float(x) for x in re.findall(r"(\d+) s", wall))
+    assert "measuring" in wall and "the rest" in wall
+    assert measured > 0 and abs(measured + rest - total) <= 1
 
 
 def test_a_slower_kernel_fails_and_is_named(repo: Repo, tmp_path: Path) -> None:
