@@ -468,9 +468,10 @@ class Session:
     def _worker_events(
         self, job: WorkerJob, command: list[str], env: dict[str, str]
     ) -> Generator[Event, None, None]:
-        started = self._take_spare(command, env) or _Started.start(command, env)
-        proc, log = started.proc, started.log
+        spare = self._take_spare(command, env)
         self._span = (time.monotonic(), None)  # a spare's time begins with its job
+        started = spare or _Started.start(command, env)
+        proc, log = started.proc, started.log
         try:
             lines: queue.Queue[str | None] = queue.Queue()
 
