@@ -35,7 +35,7 @@ from guard.measure.proc import kill_running_groups, local_kernels_root
 from guard.measure.runner import Arm, ProgressFn, Session, _noop
 from guard.store import results
 from guard.store.results import OK, RunResult
-from guard.store.suite import Suite, TimingPlan, load_suite
+from guard.store.suite import Suite, TimingPlan, flops, load_suite
 
 if TYPE_CHECKING:
     from guard.measure.resources import ResourceReport
@@ -98,8 +98,6 @@ def shard_costs(suite: Suite, baseline: RunResult | None) -> dict[str, float]:
     """Each case's expected seconds per arm (``guard.base.shard.case_costs``), from its
     time in ``baseline`` (this GPU's stored baseline), else from its FLOPs, under the
     suite's GPU timing plan, the same on every machine."""
-    from guard.store.suite import flops
-
     plan = suite.timing
     per_call: dict[str, float | None] = {}
     work: dict[str, float] = {c.id: flops(c.shape, c.causal) for c in suite.cases}
@@ -465,8 +463,7 @@ def compare_with_baseline(
     confirm_ref: str | None = None,
 ) -> CompareOutcome:
     """Measure this tree and compare with a stored baseline (``None``: report only)."""
-    session = _session(suite, opts, progress)
-    with session:  # its worker started ahead ends with it, whichever way this returns
+    with _session(suite, opts, progress) as session:  # its worker started ahead ends too
         here = session.environment
         if baseline is not None and baseline.environment.gpu_slug != here.gpu_slug:
             raise BadInput(
@@ -588,12 +585,12 @@ def _compare_in(session: Session, opts: MeasureOptions, arms: tuple[Arm, Arm]) -
     roots = [a.kernels_root or local_kernels_root() for a in arms]
     # Both trees compile for their resources (CPU only, niced) while the GPU measures.
     compiling = ResourceCompile(suite, roots[0], roots[1])
+
+    def pair() -> tuple[RunResult, RunResult]:
+        res = session.results()
+        return res["baseline"], res["candidate"]
+
     try:
-
-        def pair() -> tuple[RunResult, RunResult]:
-            res = session.results()
-            return res["baseline"], res["candidate"]
-
         if _gated_checked(pair()) or opts.time_controls:
             comparison = _sequential(
                 session, pair, opts, paired=True, time_identical=opts.time_identical
@@ -681,18 +678,14 @@ class ResourceCompile:
             note = f"compiler resources not compared: {why}"
             return replace(comparison, notes=(*comparison.notes, note))
 
-        if self._problem:
-            self.cancel()
-            return unavailable(self._problem)
-        try:
+        try:  # cancel: a Ctrl-C or SIGTERM here must not wait out the children's timeout
+            if self._problem:
+                return unavailable(self._problem)
             base, head = self._futures[0].result(), self._futures[1].result()
-        except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM (sigterm_unwinds)
-            self.cancel()  # or the pool waits out the children's timeout
-            raise
         except GuardError as exc:
-            self.cancel()
             return unavailable(shown(str(exc)))
-        self.cancel()
+        finally:
+            self.cancel()
         return _with_reports(comparison, base, head)
 
 

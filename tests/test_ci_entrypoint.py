@@ -287,7 +287,7 @@ def test_an_unrelated_change_passes(repo: Repo, tmp_path: Path) -> None:
     [wall] = [ln for ln in r.stderr.splitlines() if ln.startswith("[perf-guard] wall ")]
     total, measured, rest = (float(x) for x in re.findall(r"(\d+) s", wall))
     assert "measuring" in wall and "the rest" in wall
-    assert measured > 0 and abs(measured + rest - total) <= 1
+    assert abs(measured + rest - total) <= 1  # each rounded to the second
 
 
 def test_a_slower_kernel_fails_and_is_named(repo: Repo, tmp_path: Path) -> None:

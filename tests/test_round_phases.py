@@ -150,7 +150,10 @@ def test_the_summary_is_the_median_timing_round_split_into_start_up_and_cases(rn
 def test_round_phases_sum_the_workers_of_a_round():
     def clock(t0: float) -> WorkerClock:
         spent = {"gpu_state": 0.1, "load": 0.5, "prepare": 1.0, "sample": 2.0, "verify": 0.25}
-        return WorkerClock(t0 + 0.05, t0 + 3.0, t0 + 7.0, spent, {"sdpa": 0.5})
+        return WorkerClock(
+            main=t0 + 0.05, job=t0 + 0.05, hello=t0 + 3.0, done=t0 + 7.0, spent=spent,
+            first_calls={"sdpa": 0.5},
+        )  # fmt: skip
 
     one = round_phases([(100.0, clock(100.0), 107.5)])
     assert one.start_s == pytest.approx(0.05) and one.imports_s == pytest.approx(2.95)

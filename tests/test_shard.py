@@ -285,6 +285,12 @@ def test_a_case_the_baseline_lacks_is_estimated_from_its_work() -> None:
     )
     assert alone["d"] == pytest.approx(2 * 10 * 1e13 * shard.DEFAULT_S_PER_WORK)
     assert alone["d"] > alone["c"]
+    # The rate comes from every measured case, in this suite or not: a baseline of
+    # another suite prices this one.
+    other = shard.case_costs(
+        ["c", "d"], per_call, rounds=2, samples_per_round=10, sample_target_s=1e-3, work=work
+    )
+    assert other["d"] == pytest.approx(costs["d"])
 
 
 def test_the_full_suite_without_its_baseline_splits_by_flops_not_by_count() -> None:

@@ -11,7 +11,6 @@ Nothing here asserts a duration.
 from __future__ import annotations
 
 import ast
-import json
 import subprocess
 import sys
 
@@ -132,21 +131,13 @@ def test_a_spare_that_cannot_serve_is_stopped_and_a_fresh_worker_runs(tiny_suite
 def test_a_started_ahead_workers_round_begins_when_its_job_is_handed_over():
     spent = {"load": 0.5, "sample": 2.0}
     # Started at 90, imported until 93, waited; the job handed over at 100, read at 100.01.
-    ahead = WorkerClock(90.05, 100.5, 104.0, spent, {}, job=100.01)
-    cold = WorkerClock(200.05, 203.0, 207.0, spent, {}, job=200.06)
+    ahead = WorkerClock(main=90.05, job=100.01, hello=100.5, done=104.0, spent=spent)
+    cold = WorkerClock(main=200.05, job=200.06, hello=203.0, done=207.0, spent=spent)
     phases = round_phases([(100.0, ahead, 104.5), (200.0, cold, 207.5)])
     assert phases.workers == 2 and phases.prestarted == 1
     assert phases.start_s == pytest.approx(0.01 + 0.06)
     assert phases.imports_s == pytest.approx(0.49 + 2.94)
     assert phases.total_s == pytest.approx(4.5 + 7.5)
-
-
-def test_a_workers_clock_without_a_job_stamp_reads_as_read_at_once():
-    clock = WorkerClock.from_json(
-        {"main": 1.0, "hello": 2.0, "done": 3.0, "spent": {}, "first_calls": {}}
-    )
-    assert clock.job is None and clock.job_read == 1.0
-    assert WorkerClock.from_json(json.loads(json.dumps(clock.to_json()))).job_read == 1.0
 
 
 def test_the_phases_note_says_how_many_rounds_had_their_worker_started_ahead():

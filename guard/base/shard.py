@@ -118,7 +118,8 @@ def case_costs(
 ) -> dict[str, float]:
     """Expected seconds of one arm of each case over ``rounds`` rounds (module doc). A
     case without a known positive per-call time is estimated from its ``work`` (its
-    FLOPs) at the known cases' median seconds per unit of work, or at
+    FLOPs) at the median seconds per unit of work of every case ``per_call_s`` and
+    ``work`` both know (in ``case_ids`` or not), or at
     ``DEFAULT_S_PER_WORK``; one without work either gets the mean of the costs so far
     (1.0 each when none is known: then the split is by count)."""
     work = work or {}
@@ -130,9 +131,12 @@ def case_costs(
     def cost(t: float) -> float:
         return rounds * (samples_per_round * max(t, sample_target_s) + fixed_s)
 
-    times = {cid: t for cid in case_ids if (t := positive(per_call_s.get(cid)))}
-    rates = sorted(times[c] / w for c in times if (w := positive(work.get(c))))
+    measured = {cid: t for cid, t0 in per_call_s.items() if (t := positive(t0))}
+    # The rate from every measured case, in this suite or not (a baseline of the
+    # default suite prices the full one).
+    rates = sorted(t / w for cid, t in measured.items() if (w := positive(work.get(cid))))
     rate = rates[len(rates) // 2] if rates else DEFAULT_S_PER_WORK
+    times = {cid: measured[cid] for cid in case_ids if cid in measured}
     for cid in case_ids:
         if cid not in times and (w := positive(work.get(cid))):
             times[cid] = w * rate

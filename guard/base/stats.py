@@ -26,7 +26,7 @@ import re
 import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypedDict
+from typing import Any, Literal, Protocol, TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
@@ -85,9 +85,7 @@ class Threshold:
     """
 
     min_effect: float
-    statistic: str = "median"  # STATISTICS
-
-    STATISTICS = ("median", "min")
+    statistic: Literal["median", "min"] = "median"
 
     @classmethod
     def parse(cls, text: str) -> Threshold:
@@ -103,7 +101,7 @@ class Threshold:
         value = float(match.group(2)) / 100.0
         if not 0.0 < value < 1.0:
             raise ValueError(f"threshold {shown(text)} must lie between 0% and 100%")
-        return cls(min_effect=value, statistic=match.group(1))
+        return cls(min_effect=value, statistic="min" if match.group(1) == "min" else "median")
 
     def __str__(self) -> str:
         return f"{self.statistic}:{self.min_effect * 100:g}%"

@@ -86,23 +86,17 @@ class WorkerClock:
     its own (when it started the worker, when it saw it end); the rest are seconds."""
 
     main: float  # the worker's first line: the interpreter has started
+    # Its job read: at once, or after the preloading of a worker started ahead.
+    job: float
     hello: float  # torch, the guard and the kernels package imported
     done: float  # its cases done, just before ``done``
     spent: Mapping[str, float] = field(default_factory=dict)  # seconds per PHASES entry
     first_calls: Mapping[str, float] = field(default_factory=dict)  # per kernel: load + 1st case
-    # The job read; a worker started ahead (``--preload``) imported torch and waited
-    # before it. None: read at once (as ``main``).
-    job: float | None = None
-
-    @property
-    def job_read(self) -> float:
-        """When the worker's own work began: its job read, or its first line."""
-        return self.main if self.job is None else max(self.main, self.job)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "main": self.main,
-            "job": self.job_read,
+            "job": self.job,
             "hello": self.hello,
             "done": self.done,
             "spent": dict(self.spent),
@@ -115,7 +109,7 @@ class WorkerClock:
         try:
             return cls(
                 main=float(data["main"]),
-                job=float(data["job"]) if "job" in data else None,
+                job=float(data["job"]),
                 hello=float(data["hello"]),
                 done=float(data["done"]),
                 spent={k: float(data["spent"].get(k, 0.0)) for k in PHASES},

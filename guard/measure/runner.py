@@ -644,8 +644,8 @@ def round_phases(workers: Sequence[tuple[float, WorkerClock, float]]) -> RoundPh
     return RoundPhases(
         workers=len(workers),
         prestarted=sum(clock.main < spawned for spawned, clock, _ in workers),
-        start_s=total(lambda spawned, clock, _e: clock.job_read - spawned),
-        imports_s=total(lambda _s, clock, _e: clock.hello - clock.job_read),
+        start_s=total(lambda spawned, clock, _e: clock.job - spawned),
+        imports_s=total(lambda _s, clock, _e: clock.hello - clock.job),
         gpu_state_s=spent("gpu_state"),
         load_s=spent("load"),
         check_s=spent("check"),

@@ -60,10 +60,10 @@ CASE_ERRORS = (Exception, SystemExit)
 class _Clock:
     """Where this worker's time goes (``protocol.WorkerClock``)."""
 
-    def __init__(self, main: float) -> None:
+    def __init__(self, main: float, job: float) -> None:
         self.main = main
-        self.job = time.monotonic()  # made when the job has been read
-        self.hello = main
+        self.job = job
+        self.hello = job
         self.spent: dict[str, float] = {}
         self.first_calls: dict[str, float] = {}
         self._lap = main
@@ -173,7 +173,7 @@ def _report_failure(proto: TextIO, case_id: str, exc: BaseException, device: str
 
 
 def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
-    clock = clock or _Clock(time.monotonic())
+    clock = clock or _Clock(time.monotonic(), time.monotonic())
     from guard.measure import env as guard_env
 
     start_state = _in_background(guard_env.gpu_state)  # beside the imports
@@ -390,7 +390,8 @@ def main() -> NoReturn:
     proto, data = _read_job(preload=PRELOAD_FLAG in sys.argv[1:])
     if data is None:
         _leave(1, teardown=False)  # the guard went away before sending a job
-    _leave(_run(proto, data, _Clock(STARTED)), teardown=bool(data.get("teardown", False)))
+    clock = _Clock(STARTED, job=time.monotonic())
+    _leave(_run(proto, data, clock), teardown=bool(data.get("teardown", False)))
 
 
 def _read_job(preload: bool = False) -> tuple[TextIO, dict[str, Any] | None]:
