@@ -227,8 +227,10 @@ def test_an_empty_folder_is_refused(tmp_path):
 def _contended_runs(
     folder: Path, template: dict, shares: list[float], ratios: dict[str, float]
 ) -> Path:
-    """Runs of a CPU shared with other work: in run i, about ``shares[i]`` of the samples
-    (drawn afresh) are 1.6x slower (the process lost its core for that part of its run)."""
+    """Runs of a CPU shared with other work: in run i, one span of ``shares[i]`` of the
+    samples, placed afresh, is 1.6x slower (the process lost its core for that part of its
+    run). A span, not scattered samples: the spans left fast always hold the template's
+    fastest sample, so the run's fastest sample is known."""
     sub = folder / "Linux-CPython-3.11-64bit"
     sub.mkdir(parents=True)
     rng = random.Random()
@@ -236,9 +238,12 @@ def _contended_runs(
         doc = copy.deepcopy(template)
         for bench in doc["benchmarks"]:
             scale = ratios.get(bench["name"], 1.0)
-            bench["stats"]["data"] = [  # ten times the template's samples: a longer run
-                x * scale * (1.6 if rng.random() < share else 1.0)
-                for x in bench["stats"]["data"] * 10
+            data = bench["stats"]["data"] * 10  # ten times the template's samples: a longer run
+            slow = round(share * len(data))
+            start = rng.randrange(len(data) - slow + 1)
+            bench["stats"]["data"] = [
+                x * scale * (1.6 if start <= j < start + slow else 1.0)
+                for j, x in enumerate(data)
             ]
         (sub / f"{i + 1:04d}_run.json").write_text(json.dumps(doc))
     return folder
