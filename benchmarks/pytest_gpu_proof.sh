@@ -26,7 +26,7 @@ SCENARIOS=${SCENARIOS:-unchanged planted}
 THRESHOLD=${THRESHOLD:-}  # e.g. min:5% (each round its fastest sample); default median:5%
 ROUNDS=${ROUNDS:-6}
 MAX_ROUNDS=${MAX_ROUNDS:-8}
-LIMIT=${LIMIT:-170}  # seconds per guard run
+LIMIT=${LIMIT:-$((60 + MAX_ROUNDS * 25))}  # seconds per guard run: a round a tree is 5-14 s
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 SUMMARY=$OUT/summary.txt
@@ -72,6 +72,7 @@ run() {  # part scenario want device pytest-args...
     --pytest . "$@") \
     > "$OUT/$part-$scenario.json" 2> "$WORK/$part-$scenario.log"
   local rc=$?
+  cp "$WORK/$part-$scenario-results.json" "$OUT/" 2>/dev/null  # the rounds, for a second look
   say "$part $scenario: exit $rc (want $want) in $((SECONDS - t0)) s; $(verdicts "$OUT/$part-$scenario.json")"
   if [ "$rc" -ne "$want" ]; then
     status=1

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from guard.base import shard as shard_mod
-from guard.base import stats
 from guard.base.errors import BadInput, ExitCode, GuardError, InfraError, shown
 from guard.base.shard import ShardSpec
 from guard.base.unwind import sigterm_unwinds
@@ -103,7 +102,7 @@ def shard_costs(suite: Suite, baseline: RunResult | None) -> dict[str, float]:
     work: dict[str, float] = {c.id: flops(c.shape, c.causal) for c in suite.cases}
     if baseline is not None:
         for c in baseline.cases:
-            per_call[c.id] = stats.case_time(c.rounds) if c.status == OK else None
+            per_call[c.id] = c.median if c.status == OK else None
             work.setdefault(c.id, flops(c.case.shape, c.case.causal))
     return shard_mod.case_costs(
         [c.id for c in suite.cases],

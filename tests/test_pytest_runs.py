@@ -242,8 +242,7 @@ def _contended_runs(
             slow = round(share * len(data))
             start = rng.randrange(len(data) - slow + 1)
             bench["stats"]["data"] = [
-                x * scale * (1.6 if start <= j < start + slow else 1.0)
-                for j, x in enumerate(data)
+                x * scale * (1.6 if start <= j < start + slow else 1.0) for j, x in enumerate(data)
             ]
         (sub / f"{i + 1:04d}_run.json").write_text(json.dumps(doc))
     return folder
@@ -283,3 +282,20 @@ def test_a_suite_refuses_a_min_threshold(tmp_path):
         BadInput, match=r"threshold: 'min:2%': a suite's cases are decided on medians"
     ):
         load_suite(path)
+
+
+@pytest.mark.parametrize("ratio", [1.0, 1.1])
+def test_min_sets_aside_rounds_slowed_for_their_whole_run(tmp_path, template, capsys, ratio):
+    """One process in six on each side lost its core from first sample to last (its
+    fastest sample 1.6x slow too): under min:5% each side stands as the fastest half of
+    its rounds, so the 10% plant fails and no change passes."""
+    whole = [0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    base = _contended_runs(tmp_path / "old", template, whole, {})
+    cand = _contended_runs(tmp_path / "new", template, whole[::-1], {"test_checksum": ratio})
+    argv = ["compare", "--baseline-runs", str(base), "--candidate-runs", str(cand), "--json"]
+    code, doc = _run_json(capsys, [*argv, "--threshold", "min:5%"])
+    want = "regression" if ratio > 1 else "unchanged"
+    assert _verdicts(doc) == {CHECKSUM: want, FOLD: "unchanged"}
+    assert code == (1 if ratio > 1 else 0)
+    [case] = [c for c in doc["cases"] if c["id"] == CHECKSUM]
+    assert case["ratio"] == pytest.approx(ratio, rel=1e-6)  # the floors' ratio, exactly

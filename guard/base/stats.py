@@ -15,6 +15,12 @@ trimming shrugs off outlying rounds, and the log scale makes ratios symmetric. I
 interval is a bootstrap-t style interval: the standard error from
 ``scipy.stats.bootstrap`` over rounds and a Student t quantile with Yuen's degrees
 of freedom (see ``ratio_interval`` for why not percentiles).
+
+Under a ``min`` threshold (pytest-benchmark rounds on a CPU shared with other work)
+each round is its fastest sample, and the arm's centre is the mean of the fastest
+half of its rounds instead: other work on the machine only ever adds time, so a
+round slowed for its whole run is noise above the floor, and on a shared 2-core VM
+about one process in four was (its fastest call 10-50% slow).
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ from numpy.typing import NDArray
 
 Rounds = Sequence[Sequence[float]]
 FloatArray = NDArray[np.float64]
+# What stands for a round and for an arm: "median" (the round's median; the arm's
+# 20%-trimmed mean) or "min" (the round's fastest sample; the arm's fastest half).
+RoundStatistic = Literal["median", "min"]
 
 
 @functools.cache
@@ -85,7 +94,7 @@ class Threshold:
     """
 
     min_effect: float
-    statistic: Literal["median", "min"] = "median"
+    statistic: RoundStatistic = "median"
 
     @classmethod
     def parse(cls, text: str) -> Threshold:
@@ -145,15 +154,36 @@ def pooled(rounds: Rounds) -> FloatArray:
 TRIM = 0.2  # share of rounds cut from each end before averaging
 
 
-def _log_mean_diff(cand: FloatArray, base: FloatArray, axis: int = -1) -> FloatArray | np.float64:
-    """Difference of 20%-trimmed means of log round medians (a scalar for 1-D arms, an
-    array of them for the stacked resamples ``scipy.stats.bootstrap`` passes).
+def _kept(n: int, statistic: RoundStatistic) -> tuple[int, int]:
+    """Rounds cut from the (low, high) end of an arm of ``n`` before averaging."""
+    if statistic == "min":
+        return 0, n // 2  # the fastest half (the middle round kept when n is odd)
+    g = int(TRIM * n)
+    return g, g
+
+
+def _centre(x: FloatArray, statistic: RoundStatistic, axis: int = -1) -> FloatArray | np.float64:
+    """The arm's centre along ``axis``: the mean of its rounds left after ``_kept``."""
+    low, high = _kept(x.shape[axis], statistic)
+    if low == high:  # scipy is untyped here (pyproject.toml): trim_mean's result is Any.
+        trimmed: FloatArray | np.float64 = _sps().trim_mean(x, TRIM, axis=axis)
+        return trimmed
+    ordered = np.sort(x, axis=axis)
+    kept = np.take(ordered, np.arange(low, x.shape[axis] - high), axis=axis)
+    centre: FloatArray | np.float64 = np.mean(kept, axis=axis)
+    return centre
+
+
+def _log_mean_diff(
+    cand: FloatArray, base: FloatArray, axis: int = -1, statistic: RoundStatistic = "median"
+) -> FloatArray | np.float64:
+    """Difference of the arms' centres of log rounds (a scalar for 1-D arms, an array
+    of them for the stacked resamples ``scipy.stats.bootstrap`` passes).
 
     Trimmed, because a round now and then lands far off (one of 56 rounds on an H100
     ran a case 48% slow): a plain mean lets that one round decide the interval."""
-    # scipy is untyped here (pyproject.toml): trim_mean's result is Any.
-    diff: FloatArray | np.float64 = _sps().trim_mean(cand, TRIM, axis=axis) - _sps().trim_mean(
-        base, TRIM, axis=axis
+    diff: FloatArray | np.float64 = _centre(cand, statistic, axis) - _centre(
+        base, statistic, axis
     )
     return diff
 
@@ -166,19 +196,23 @@ class _Statistic(Protocol):
     ) -> FloatArray | np.float64: ...
 
 
-def _trimmed_df(lb: FloatArray, lc: FloatArray) -> float:
+def _trimmed_df(lb: FloatArray, lc: FloatArray, statistic: RoundStatistic = "median") -> float:
     """Yuen's degrees of freedom: the rounds left after trimming, Welch-combined."""
 
     def part(x: FloatArray) -> tuple[float, int]:
-        g = int(TRIM * x.size)
-        h = x.size - 2 * g
-        w = _sps().mstats.winsorize(x, limits=(TRIM, TRIM)).data if g else x
-        return float(np.var(w, ddof=1)) * (x.size - 1) / (h * (h - 1)), h
+        low, high = _kept(x.size, statistic)
+        h = x.size - low - high
+        if low or high:  # winsorized: each cut round set to the nearest one kept
+            ordered = np.sort(x)
+            w = np.clip(x, ordered[low], ordered[x.size - high - 1])
+        else:
+            w = x
+        return float(np.var(w, ddof=1)) * (x.size - 1) / (h * max(h - 1, 1)), h
 
     db, hb = part(lb)
     dc, hc = part(lc)
-    denom = db**2 / (hb - 1) + dc**2 / (hc - 1)
-    return float((db + dc) ** 2 / denom) if denom > 0 else float(hb + hc - 2)
+    denom = db**2 / max(hb - 1, 1) + dc**2 / max(hc - 1, 1)
+    return float((db + dc) ** 2 / denom) if denom > 0 else float(max(hb + hc - 2, 1))
 
 
 def _bootstrap_se(
@@ -210,6 +244,7 @@ def ratio_interval(
     rng: np.random.Generator,
     n_resamples: int = 2000,
     bound_confidence: float | None = None,
+    statistic: RoundStatistic = "median",
 ) -> Interval:
     """Ratio of candidate to baseline, with an interval that resamples rounds.
 
@@ -221,16 +256,18 @@ def ratio_interval(
     resampled tails hold too few points to be read directly.
     Needs at least two rounds in each arm; raises ValueError otherwise.
     ``bound_confidence`` also gives the one-sided upper bound at that level.
+    ``statistic``: each arm's centre (``RoundStatistic``; the module's docstring).
     """
     lb, lc = _log_medians(baseline), _log_medians(candidate)
     if lb.size < 2 or lc.size < 2:
         raise ValueError("a ratio interval needs at least two rounds in each arm")
-    diff = float(_log_mean_diff(lc, lb))
+    centres = functools.partial(_log_mean_diff, statistic=statistic)
+    diff = float(centres(lc, lb))
     se, df = 0.0, 1.0  # identical rounds: nothing varies
     if np.ptp(lb) > 0.0 or np.ptp(lc) > 0.0:
         n = min(lb.size, lc.size)
-        se = _bootstrap_se((lc, lb), _log_mean_diff, rng, n_resamples) * math.sqrt(n / (n - 1))
-        df = _trimmed_df(lb, lc)
+        se = _bootstrap_se((lc, lb), centres, rng, n_resamples) * math.sqrt(n / (n - 1))
+        df = _trimmed_df(lb, lc, statistic)
     half = float(_sps().t.ppf(0.5 + confidence / 2.0, df=df)) * se
     up = None if bound_confidence is None else float(_sps().t.ppf(bound_confidence, df=df)) * se
     capped = not half <= MAX_LOG_HALF_WIDTH or abs(diff) > MAX_LOG_RATIO  # NaN counts as wide
@@ -250,8 +287,9 @@ def ratio_interval(
     )
 
 
-def case_time(rounds: Rounds) -> float | None:
-    """The case's time: the 20%-trimmed geometric mean of its round medians.
+def case_time(rounds: Rounds, statistic: RoundStatistic = "median") -> float | None:
+    """The case's time: the 20%-trimmed geometric mean of its round medians (under
+    ``min``, the geometric mean of the fastest half of its rounds).
 
     The one definition every number shown uses; the ratio of two case times is the
     ratio ``ratio_interval`` reports, so a reader can check one against the other."""
@@ -259,16 +297,18 @@ def case_time(rounds: Rounds) -> float | None:
     meds = meds[np.isfinite(meds) & (meds > 0)]
     if meds.size == 0:
         return None
-    return float(np.exp(_sps().trim_mean(np.log(meds), TRIM)))
+    return float(np.exp(_centre(np.log(meds), statistic)))
 
 
-def ratio_estimate(baseline: Rounds, candidate: Rounds) -> float:
+def ratio_estimate(
+    baseline: Rounds, candidate: Rounds, statistic: RoundStatistic = "median"
+) -> float:
     """The ratio ``ratio_interval`` reports, without an interval: for arms too small
     for one (a single round on either side)."""
     lb, lc = _log_medians(baseline), _log_medians(candidate)
     if lb.size < 1 or lc.size < 1:
         raise ValueError("a ratio needs at least one round in each arm")
-    diff = float(_log_mean_diff(lc, lb))
+    diff = float(_log_mean_diff(lc, lb, statistic=statistic))
     return float(np.exp(min(max(diff, -MAX_LOG_RATIO), MAX_LOG_RATIO)))
 
 
@@ -354,7 +394,13 @@ def classify(interval: Interval, rule: Rule) -> Verdict:
     return judge(interval, rule)[0]
 
 
-def rounds_to_decide(interval: Interval, rule: Rule, rounds: int, most: int = 200) -> int | None:
+def rounds_to_decide(
+    interval: Interval,
+    rule: Rule,
+    rounds: int,
+    most: int = 200,
+    statistic: RoundStatistic = "median",
+) -> int | None:
     """About how many rounds per arm would turn an inconclusive case whose estimate
     lies above ``1 + rule.margin`` into a regression (the interval's low end above
     ``1 + rule.margin``), were the estimate and the noise to stay as they are; None:
@@ -371,16 +417,17 @@ def rounds_to_decide(interval: Interval, rule: Rule, rounds: int, most: int = 20
     rounds = max(rounds, 2)
     q = 0.5 + interval.confidence / 2.0
     half = (math.log(interval.high) - math.log(interval.low)) / 2.0
-    se = half / float(_sps().t.ppf(q, df=_equal_arms_df(rounds)))
+    se = half / float(_sps().t.ppf(q, df=_equal_arms_df(rounds, statistic)))
     for n in range(rounds + 1, most + 1):
-        if float(_sps().t.ppf(q, df=_equal_arms_df(n))) * se * math.sqrt(rounds / n) < distance:
+        t = float(_sps().t.ppf(q, df=_equal_arms_df(n, statistic)))
+        if t * se * math.sqrt(rounds / n) < distance:
             return n
     return None
 
 
-def _equal_arms_df(rounds: int) -> float:
+def _equal_arms_df(rounds: int, statistic: RoundStatistic = "median") -> float:
     """Yuen's degrees of freedom for two arms of ``rounds`` rounds and equal spread."""
-    h = rounds - 2 * int(TRIM * rounds)
+    h = rounds - sum(_kept(rounds, statistic))
     return float(max(2 * (h - 1), 1))
 
 
@@ -392,6 +439,7 @@ def decide(
     confidence: float,
     rng: np.random.Generator,
     n_resamples: int = 2000,
+    statistic: RoundStatistic = "median",
 ) -> tuple[Verdict, Interval]:
     """The case's verdict and the interval it rests on (``confidence``: the family level
     from ``family_confidence``)."""
@@ -402,6 +450,7 @@ def decide(
         rng=rng,
         n_resamples=n_resamples,
         bound_confidence=rule.bound_confidence,
+        statistic=statistic,
     )
     return classify(interval, rule), interval
 

@@ -166,7 +166,8 @@ class CaseComparison:
             return ""
         arms = [len(r.rounds) for r in (self.baseline, self.candidate) if r is not None]
         rounds = min(arms) if len(arms) == 2 else 2  # 2: the fewest an interval has
-        needed = stats.rounds_to_decide(iv, rule, rounds, limits.MAX_ROUNDS_PER_CASE)
+        statistic = self.candidate.case.threshold.statistic if self.candidate else "median"
+        needed = stats.rounds_to_decide(iv, rule, rounds, limits.MAX_ROUNDS_PER_CASE, statistic)
         now = f" ({rounds} now)" if len(arms) == 2 else ""
         more = (
             f"about {needed} rounds per arm would decide it{now}"
@@ -376,6 +377,7 @@ def compare_case(
     use_fingerprints: bool = True,
 ) -> CaseComparison:
     case = cand.case
+    statistic = case.threshold.statistic
     rule = rule or case_rule(case, TimingPlan(), paired=False)
     # What every comparison of this case carries; each outcome below is this with its
     # own fields replaced (dataclasses.replace, so every field is checked by name).
@@ -398,7 +400,7 @@ def compare_case(
     if base is None or base.status != OK:
         why = "no such case in the baseline" if base is None else f"baseline case is {base.status}"
         return replace(
-            common, status=Status.NEW, reason=why, candidate_median=stats.case_time(cand.rounds)
+            common, status=Status.NEW, reason=why, candidate_median=cand.median
         )
     if base.case.params() != case.params():
         return replace(
@@ -406,8 +408,8 @@ def compare_case(
         )
     common = replace(
         common,
-        baseline_median=stats.case_time(base.rounds),
-        candidate_median=stats.case_time(cand.rounds),
+        baseline_median=stats.case_time(base.rounds, statistic),
+        candidate_median=cand.median,
     )
     if use_fingerprints and identical(base, cand):
         return replace(
@@ -419,7 +421,9 @@ def compare_case(
         )
     if len(base.rounds) < 2 or len(cand.rounds) < 2:
         ratio = (
-            stats.ratio_estimate(base.rounds, cand.rounds) if base.rounds and cand.rounds else None
+            stats.ratio_estimate(base.rounds, cand.rounds, statistic)
+            if base.rounds and cand.rounds
+            else None
         )
         one_process = "pytest-benchmark" in (base.method, cand.method)
         return replace(
@@ -434,7 +438,9 @@ def compare_case(
                 else "cannot decide: an interval needs at least 2 rounds in each arm"
             ),
         )
-    verdict, interval = stats.decide(base.rounds, cand.rounds, rule, confidence=confidence, rng=rng)
+    verdict, interval = stats.decide(
+        base.rounds, cand.rounds, rule, confidence=confidence, rng=rng, statistic=statistic
+    )
     host_ratio = None
     hb, hc = stats.case_time(base.host_rounds), stats.case_time(cand.host_rounds)
     if hb and hc:

@@ -74,7 +74,7 @@ def kernel_table(run: RunResult) -> tuple[Workload, ...]:
     out = []
     for name, cases in by_name.items():
         ours = tuple(c.case.kernel for c in cases if c.case.gate)
-        medians = {c.case.kernel: _median(c.rounds) if c.status == OK else None for c in cases}
+        medians = {c.case.kernel: c.median if c.status == OK else None for c in cases}
         rows = []
         for c in sorted(cases, key=lambda c: (not c.case.gate, cases.index(c))):
             med = medians[c.case.kernel]
@@ -294,8 +294,8 @@ def _case_view(
         verdict=verdict,
         css=_css(cc, cand),
         reason=reason,
-        baseline_median=fmt_time(_median(base.rounds) if base else None),
-        candidate_median=fmt_time(_median(cand.rounds)),
+        baseline_median=fmt_time(base.median if base else None),
+        candidate_median=fmt_time(cand.median),
         ratio=fmt_ratio(cc.ratio if cc else None),
         interval=(
             f"[{cc.interval.low:.3f}, {cc.interval.high:.3f}]" if cc and cc.interval else "—"

@@ -202,7 +202,8 @@ def rounds_run(
         all_notes.append(
             f"threshold {threshold}: each round stands as its fastest sample (a process "
             "slowed for part of its run by other work on its core moves its median, much "
-            "less its fastest call)"
+            "less its fastest call), and each side as the fastest half of its rounds "
+            "(other work only adds time: a process slowed for its whole run is noise)"
         )
     if trimmed:
         all_notes.append(

@@ -120,8 +120,9 @@ class CaseResult:
     @property
     def median(self) -> float | None:
         """The case's time (``stats.case_time``: trimmed geometric mean of round
-        medians), the number every report shows for this case."""
-        return stats.case_time(self.rounds)
+        medians, or of the fastest half under a ``min`` threshold), the number every
+        report shows for this case."""
+        return stats.case_time(self.rounds, self.case.threshold.statistic)
 
 
 @dataclass(frozen=True)
