@@ -292,3 +292,21 @@ def test_the_degrees_of_freedom_are_yuens_for_the_trimmed_mean(rng):
         db, dc = part(lb), part(lc)
         want = (db + dc) ** 2 / (db**2 / (h - 1) + dc**2 / (h - 1))
         assert stats._trimmed_df(lb, lc) == pytest.approx(want)
+
+
+def test_on_real_shared_cpu_processes_the_fastest_half_decides_more_often():
+    """The study behind min:N% (docs/PYTEST.md), on the committed processes: at 12
+    rounds a side the fastest half decides both an unchanged pair and a 10% plant far
+    more often than the trimmed mean, and never calls an unchanged pair a regression."""
+    import json
+
+    from benchmarks import min_statistic_study as study
+
+    calls = np.asarray(json.loads(study.DATA.read_text())["fastest_call"]["test_checksum"])
+    assert calls.size == 58 and np.all(calls > 0)
+    rng = np.random.default_rng(11)
+    u_half, f_half, c_half = study.rates(calls, 12, "min", 40, rng)
+    u_trim, f_trim, c_trim = study.rates(calls, 12, "median", 40, rng)
+    assert f_half == 0 and f_trim == 0
+    assert u_half >= 0.75 and c_half >= 0.75
+    assert u_trim <= 0.6 and c_trim <= 0.6
