@@ -25,7 +25,8 @@ PARTS=${PARTS:-gpu cpu}
 SCENARIOS=${SCENARIOS:-unchanged planted}
 THRESHOLD=${THRESHOLD:-}  # e.g. min:5% (each round its fastest sample); default median:5%
 ROUNDS=${ROUNDS:-6}
-MAX_ROUNDS=${MAX_ROUNDS:-8}
+# The ceiling: 8 rounds a tree (to bound GPU time), 40 under min:N% (the guard's default there).
+case "$THRESHOLD" in min:*) MAX_ROUNDS=${MAX_ROUNDS:-40} ;; *) MAX_ROUNDS=${MAX_ROUNDS:-8} ;; esac
 LIMIT=${LIMIT:-$((60 + MAX_ROUNDS * 25))}  # seconds per guard run: a round a tree is 5-14 s
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

@@ -416,7 +416,10 @@ def _common(
             "--rounds", type=terminal.positive_int, help="timing rounds (fresh processes) per arm"
         )
         p.add_argument(
-            "--max-rounds", type=terminal.positive_int, help="ceiling for inconclusive cases"
+            "--max-rounds",
+            type=terminal.positive_int,
+            help="ceiling for inconclusive cases (default: the suite's; with --pytest and a "
+            "min:N%% threshold, 40)",
         )
         p.add_argument("--seed", type=int, help="input seed (default: fresh every run)")
         p.add_argument("--out", type=Path, help=out_help)

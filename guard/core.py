@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 from guard.base import shard as shard_mod
 from guard.base.errors import BadInput, ExitCode, GuardError, InfraError, shown
 from guard.base.shard import ShardSpec
+from guard.base.stats import Threshold
 from guard.base.unwind import sigterm_unwinds
 from guard.decide.compare import (
     Comparison,
@@ -42,6 +43,18 @@ if TYPE_CHECKING:
 DEFAULT_SUITE = Path("suites/default.yaml")
 DEFAULT_BASELINES = Path("baselines")
 SEQUENTIAL_STEP = 2  # extra rounds per step for inconclusive cases
+# The default ceiling of rounds under a min:N% threshold, which is for a CPU shared with
+# other work: there a 5% question took up to 40 rounds a tree (docs/PYTEST.md). Rounds
+# past the first are only spent while a case is inconclusive.
+SHARED_CPU_MAX_ROUNDS = 40
+
+
+def pytest_round_ceiling(threshold: str, plan: TimingPlan) -> int:
+    """The default most rounds a tree of a project's pytest-benchmark suite."""
+    if Threshold.parse(threshold).statistic == "min":
+        return max(plan.max_rounds, SHARED_CPU_MAX_ROUNDS)
+    return plan.max_rounds
+
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -821,7 +834,7 @@ def compare_against_pytest(
             progress=progress,
         )
         rounds = opts.rounds or plan.rounds
-        max_rounds = max(rounds, opts.max_rounds or plan.max_rounds)
+        max_rounds = max(rounds, opts.max_rounds or pytest_round_ceiling(chosen, plan))
 
         def decide() -> Comparison:
             res = session.results()

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,15 @@ def test_benchmark_compare_fail_sets_the_threshold():
         pytest_rounds.parse_args(["--benchmark-compare-fail=mean:5%"], None)
     with pytest.raises(BadInput, match="give one of them"):
         pytest_rounds.parse_args(["--benchmark-compare-fail=median:5%"], "median:9%")
+
+
+def test_a_min_threshold_raises_the_default_ceiling_of_rounds():
+    """min:N% is for a shared CPU, where a 5% question took up to 40 rounds a tree; the
+    median keeps the plan's ceiling, and --max-rounds always wins (core's caller)."""
+    from guard.core import SHARED_CPU_MAX_ROUNDS, pytest_round_ceiling
+    from guard.store.suite import TimingPlan
+
+    plan = TimingPlan()
+    assert pytest_round_ceiling("median:5%", plan) == plan.max_rounds < SHARED_CPU_MAX_ROUNDS
+    assert pytest_round_ceiling("min:5%", plan) == SHARED_CPU_MAX_ROUNDS
+    assert pytest_round_ceiling("min:5%", replace(plan, max_rounds=60)) == 60
