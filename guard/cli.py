@@ -419,7 +419,7 @@ def _common(
             "--max-rounds",
             type=terminal.positive_int,
             help="ceiling for inconclusive cases (default: the suite's; with --pytest and a "
-            "min:N%% threshold, 40)",
+            "min:N%% threshold, at least 40)",
         )
         p.add_argument("--seed", type=int, help="input seed (default: fresh every run)")
         p.add_argument("--out", type=Path, help=out_help)

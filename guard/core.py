@@ -44,8 +44,8 @@ DEFAULT_SUITE = Path("suites/default.yaml")
 DEFAULT_BASELINES = Path("baselines")
 SEQUENTIAL_STEP = 2  # extra rounds per step for inconclusive cases
 # The default ceiling of rounds under a min:N% threshold, which is for a CPU shared with
-# other work: there a 5% question took up to 40 rounds a tree (docs/PYTEST.md). Rounds
-# past the first are only spent while a case is inconclusive.
+# other work: there a 5% question took more than 20 rounds a tree, about 25 at most
+# (docs/PYTEST.md). Rounds past the first are only spent while a case is inconclusive.
 SHARED_CPU_MAX_ROUNDS = 40
 
 

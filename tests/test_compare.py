@@ -7,8 +7,9 @@ import dataclasses
 import pytest
 from conftest import make_case, make_env, make_run, synthetic_rounds
 
+from guard.base import stats
 from guard.base.errors import BadInput, ExitCode
-from guard.base.stats import Verdict
+from guard.base.stats import Threshold, Verdict
 from guard.cli import main
 from guard.decide.compare import Status, compare_runs, replace_cases
 from guard.decide.outcome import CheckVerdict, Outcome
@@ -228,3 +229,28 @@ def test_every_case_carries_the_number_its_verdict_rests_on(rng):
     # A control (not gated) shows its ratio, never a verdict's basis.
     control = next(c.outcome() for c in comparison.cases if not c.gate)
     assert control.verdict_text == "control (not gated)" and control.bound is None
+
+
+def test_rounds_of_another_statistic_are_not_comparable(rng):
+    """Round medians against fastest samples would compare unlike numbers."""
+    base, cand = suite_runs(rng)
+    first = cand.cases[0]
+    fastest = dataclasses.replace(first.case, threshold=Threshold.parse("min:2%"))
+    cases = {(fastest if c is first else c.case): c.rounds for c in cand.cases}
+    comparison = compare_runs(base, make_run(cases))
+    [case] = [c for c in comparison.cases if c.case_id == first.id]
+    assert case.status is Status.NOT_COMPARABLE
+    assert "the baseline's rounds stand as their median" in case.reason
+    assert "min:2%" in case.reason
+
+
+def test_under_min_the_times_shown_give_the_ratio_shown(rng):
+    """A min:N% case shows each side's fastest half, and the ratio is theirs."""
+    case = make_case(threshold="min:5%")
+    base = tuple((float(x),) for x in rng.uniform(1.0, 1.5, 9))
+    cand = tuple((float(x) * 1.07,) for x in rng.uniform(1.0, 1.5, 8))
+    [cc] = compare_runs(make_run({case: base}), make_run({case: cand})).cases
+    assert cc.status is Status.COMPARED and cc.interval is not None
+    assert cc.candidate_median / cc.baseline_median == pytest.approx(cc.interval.ratio)
+    assert cc.baseline_median == pytest.approx(stats.case_time(base, "min"))
+    assert cc.baseline_median < stats.case_time(base)  # the fastest half, not the trimmed mean

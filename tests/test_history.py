@@ -47,6 +47,20 @@ def test_append_and_query(tmp_path: Path) -> None:
     assert len(history.case_ids(db)) == 9
 
 
+def test_a_run_of_fastest_samples_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    """min:N% rounds are fastest samples; the history's times are round medians."""
+    from guard.base.stats import Threshold
+
+    db = tmp_path / "h.sqlite"
+    run = data.history_runs(n=1)[0]
+    first = run.cases[0]
+    fastest = replace(first, case=replace(first.case, threshold=Threshold.parse("min:5%")))
+    run = replace(run, cases=(fastest, *run.cases[1:]), label="r.json")
+    with pytest.raises(BadInput, match=r"r\.json: case .* has threshold min:5%: its rounds"):
+        history.append(run, db)
+    assert not db.exists()
+
+
 def test_append_is_idempotent(tmp_path: Path) -> None:
     db = tmp_path / "h.sqlite"
     run = data.history_runs(n=1)[0]

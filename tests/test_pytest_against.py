@@ -173,7 +173,7 @@ def test_benchmark_compare_fail_sets_the_threshold():
 
 
 def test_a_min_threshold_raises_the_default_ceiling_of_rounds():
-    """min:N% is for a shared CPU, where a 5% question took up to 40 rounds a tree; the
+    """min:N% is for a shared CPU, where a 5% question took more than 20 rounds a tree; the
     median keeps the plan's ceiling, and --max-rounds always wins (core's caller)."""
     from guard.core import SHARED_CPU_MAX_ROUNDS, pytest_round_ceiling
     from guard.store.suite import TimingPlan

@@ -265,7 +265,8 @@ def test_the_min_statistic_decides_rounds_a_shared_cpu_slowed_whole(rng):
 def test_the_min_statistic_is_the_fastest_half_of_the_rounds():
     rounds = [(1.0,), (1.0,), (4.0,), (9.0,)]
     assert stats.case_time(rounds, "min") == pytest.approx(1.0)
-    assert stats.case_time([(2.0,), (8.0,), (100.0,)], "min") == pytest.approx(4.0)
+    # An odd arm's middle round counts half: (log 2 + log 8 / 2) / 1.5.
+    assert stats.case_time([(2.0,), (8.0,), (100.0,)], "min") == pytest.approx(2 ** (5 / 3))
     # The ratio the interval reports is the ratio of the case times shown.
     cand = [(1.1,), (1.1,), (1.1,), (5.0,)]
     iv = stats.ratio_interval(
@@ -310,3 +311,22 @@ def test_on_real_shared_cpu_processes_the_fastest_half_decides_more_often():
     assert f_half == 0 and f_trim == 0
     assert u_half >= 0.75 and c_half >= 0.75
     assert u_trim <= 0.6 and c_trim <= 0.6
+
+
+def test_the_fastest_half_does_not_move_with_the_parity_of_the_arm():
+    """Evenly spaced quantiles of one distribution: the fastest half's mean is about
+    the same at every arm size (an odd arm's middle round counts half; kept whole, 5
+    rounds against 6 would differ by 5% of the spread, more than a 0.5% margin)."""
+    for n in range(4, 13):
+        x = (np.arange(n) + 0.5) / n  # quantiles of U(0, 1): its lower half's mean is 0.25
+        assert stats._centre(x, "min") == pytest.approx(0.25, abs=0.011), n
+
+
+def test_under_min_an_arm_of_one_kept_round_has_the_fewest_degrees_of_freedom(rng):
+    """Two rounds keep one under min: its spread is unknown, so the interval gets
+    the widest t (df 1), however many rounds the other arm has."""
+    wide = rng.normal(0.0, 0.05, 20)
+    assert stats._trimmed_df(np.array([0.0, 0.1]), wide, "min") == 1.0
+    assert stats._trimmed_df(np.array([0.0, 0.1, 0.05]), wide, "min") > 1.0
+    # Equal arms: the half kept, Welch-combined (6 rounds keep 3: df 4).
+    assert stats._equal_arms_df(6, "min") == 4.0 and stats._equal_arms_df(6) == 6.0

@@ -399,12 +399,18 @@ def compare_case(
         return replace(common, status=Status.UNAVAILABLE, reason=cand.reason)
     if base is None or base.status != OK:
         why = "no such case in the baseline" if base is None else f"baseline case is {base.status}"
-        return replace(
-            common, status=Status.NEW, reason=why, candidate_median=cand.median
-        )
+        return replace(common, status=Status.NEW, reason=why, candidate_median=cand.median)
     if base.case.params() != case.params():
         return replace(
             common, status=Status.NOT_COMPARABLE, reason="parameters differ from the baseline's"
+        )
+    if base.case.threshold.statistic != statistic:
+        return replace(
+            common,
+            status=Status.NOT_COMPARABLE,
+            reason=f"the baseline's rounds stand as their {base.case.threshold.statistic}, "
+            f"the candidate's as their {statistic} (thresholds {base.case.threshold} and "
+            f"{case.threshold}): compare both under one threshold",
         )
     common = replace(
         common,

@@ -214,7 +214,7 @@ class CaseOutcome:
     ratio: float | None = None  # candidate / baseline of the case's time
     low: float | None = None
     high: float | None = None
-    baseline_s: float | None = None  # the case's time (trimmed geometric mean of rounds)
+    baseline_s: float | None = None  # the case's time (``stats.case_time``)
     candidate_s: float | None = None
     reason: str = ""
     notes: tuple[str, ...] = ()  # e.g. compiler resources that changed

@@ -72,7 +72,7 @@ def comparison_rows(comparison: Comparison) -> list[list[str]]:
     return rows
 
 
-# "baseline"/"candidate": the case's time (trimmed geometric mean of round medians), so
+# "baseline"/"candidate": the case's time (``stats.case_time`` under its threshold), so
 # candidate / baseline is the ratio beside them; "threshold": the minimum effect of
 # interest ("unchanged" rules out a slowdown this large).
 COMPARISON_HEADER = ["case", "baseline", "candidate", "ratio", "CI", "threshold", "verdict"]

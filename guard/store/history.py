@@ -55,7 +55,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from guard.base import stats
-from guard.base.errors import BadInput
+from guard.base.errors import BadInput, shown
 from guard.store import results
 from guard.store.changepoint import Step, detect_steps
 from guard.store.results import OK, RunResult
@@ -314,6 +314,13 @@ def append(run: RunResult, db: str | Path = DEFAULT_DB) -> int | None:
     Appending the same run twice stores it once (``run_key``); two different runs
     are two rows whatever their dates.
     """
+    fastest = [c for c in run.cases if c.case.threshold.statistic != "median"]
+    if fastest:  # the history's times are trimmed means of round medians, nothing else
+        raise BadInput(
+            f"{run.label or 'run'}: case {shown(fastest[0].id)} has threshold "
+            f"{fastest[0].case.threshold}: its rounds are fastest samples, and the history "
+            "keeps round medians only"
+        )
     timed = [c for c in run.cases if c.status == OK and c.rounds]
     if not timed:
         return None
