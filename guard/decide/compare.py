@@ -106,7 +106,7 @@ class Status(str, enum.Enum):
     ERROR = "error"  # crashed, timed out, failed to build
     UNAVAILABLE = "unavailable"  # cannot run on this machine
     NEW = "new"  # no usable baseline for this case
-    NOT_COMPARABLE = "not-comparable"  # parameters differ
+    NOT_COMPARABLE = "not-comparable"  # parameters, or what a round stands as, differ
     TOO_FEW_ROUNDS = "too-few-rounds"
 
 
