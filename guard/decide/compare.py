@@ -414,7 +414,7 @@ def compare_case(
         )
     common = replace(
         common,
-        baseline_median=stats.case_time(base.rounds, statistic),
+        baseline_median=base.median,  # the same statistic as the candidate's (checked above)
         candidate_median=cand.median,
     )
     if use_fingerprints and identical(base, cand):

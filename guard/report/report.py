@@ -294,14 +294,8 @@ def _case_view(
         verdict=verdict,
         css=_css(cc, cand),
         reason=reason,
-        # The times the comparison's ratio is the ratio of (the candidate's threshold
-        # decides how both sides are summarized), else each file's own.
-        baseline_median=fmt_time(
-            cc.baseline_median if cc and cc.baseline_median else base.median if base else None
-        ),
-        candidate_median=fmt_time(
-            cc.candidate_median if cc and cc.candidate_median else cand.median
-        ),
+        baseline_median=fmt_time(base.median if base else None),
+        candidate_median=fmt_time(cand.median),
         ratio=fmt_ratio(cc.ratio if cc else None),
         interval=(
             f"[{cc.interval.low:.3f}, {cc.interval.high:.3f}]" if cc and cc.interval else "—"
