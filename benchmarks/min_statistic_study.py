@@ -28,17 +28,13 @@ CENTRES: dict[str, stats.RoundStatistic] = {"trimmed mean": "median", "fastest h
 def rates(
     calls: np.ndarray, n: int, statistic: stats.RoundStatistic, pairs: int, rng: np.random.Generator
 ) -> tuple[float, float, float]:
-    rule = stats.Rule(min_effect=0.05, margin=0.005)
+    rule = stats.Rule(min_effect=0.05, margin=0.005, statistic=statistic)
     conf = stats.family_confidence(0.01, 2)
     unchanged = false_alarm = caught = 0
     for _ in range(pairs):
         base, same, slow = ([(float(x),) for x in rng.choice(calls, n) * k] for k in (1, 1, 1.1))
-        v_same = stats.decide(
-            base, same, rule, confidence=conf, rng=rng, statistic=statistic, n_resamples=1000
-        )[0]
-        v_slow = stats.decide(
-            base, slow, rule, confidence=conf, rng=rng, statistic=statistic, n_resamples=1000
-        )[0]
+        v_same = stats.decide(base, same, rule, confidence=conf, rng=rng, n_resamples=1000)[0]
+        v_slow = stats.decide(base, slow, rule, confidence=conf, rng=rng, n_resamples=1000)[0]
         unchanged += v_same is stats.Verdict.UNCHANGED
         false_alarm += v_same is stats.Verdict.REGRESSION
         caught += v_slow is stats.Verdict.REGRESSION

@@ -347,6 +347,7 @@ class Rule:
     min_effect: float
     margin: float = 0.005
     miss_rate: float = 0.05
+    statistic: RoundStatistic = "median"  # each side's centre (the module's docstring)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.margin < self.min_effect < 1.0:
@@ -400,13 +401,7 @@ def classify(interval: Interval, rule: Rule) -> Verdict:
     return judge(interval, rule)[0]
 
 
-def rounds_to_decide(
-    interval: Interval,
-    rule: Rule,
-    rounds: int,
-    most: int = 200,
-    statistic: RoundStatistic = "median",
-) -> int | None:
+def rounds_to_decide(interval: Interval, rule: Rule, rounds: int, most: int = 200) -> int | None:
     """About how many rounds per arm would turn an inconclusive case whose estimate
     lies above ``1 + rule.margin`` into a regression (the interval's low end above
     ``1 + rule.margin``), were the estimate and the noise to stay as they are; None:
@@ -423,9 +418,9 @@ def rounds_to_decide(
     rounds = max(rounds, 2)
     q = 0.5 + interval.confidence / 2.0
     half = (math.log(interval.high) - math.log(interval.low)) / 2.0
-    se = half / float(_sps().t.ppf(q, df=_equal_arms_df(rounds, statistic)))
+    se = half / float(_sps().t.ppf(q, df=_equal_arms_df(rounds, rule.statistic)))
     for n in range(rounds + 1, most + 1):
-        t = float(_sps().t.ppf(q, df=_equal_arms_df(n, statistic)))
+        t = float(_sps().t.ppf(q, df=_equal_arms_df(n, rule.statistic)))
         if t * se * math.sqrt(rounds / n) < distance:
             return n
     return None
@@ -445,7 +440,6 @@ def decide(
     confidence: float,
     rng: np.random.Generator,
     n_resamples: int = 2000,
-    statistic: RoundStatistic = "median",
 ) -> tuple[Verdict, Interval]:
     """The case's verdict and the interval it rests on (``confidence``: the family level
     from ``family_confidence``)."""
@@ -456,7 +450,7 @@ def decide(
         rng=rng,
         n_resamples=n_resamples,
         bound_confidence=rule.bound_confidence,
-        statistic=statistic,
+        statistic=rule.statistic,
     )
     return classify(interval, rule), interval
 

@@ -166,8 +166,7 @@ class CaseComparison:
             return ""
         arms = [len(r.rounds) for r in (self.baseline, self.candidate) if r is not None]
         rounds = min(arms) if len(arms) == 2 else 2  # 2: the fewest an interval has
-        statistic = self.candidate.case.threshold.statistic if self.candidate else "median"
-        needed = stats.rounds_to_decide(iv, rule, rounds, limits.MAX_ROUNDS_PER_CASE, statistic)
+        needed = stats.rounds_to_decide(iv, rule, rounds, limits.MAX_ROUNDS_PER_CASE)
         now = f" ({rounds} now)" if len(arms) == 2 else ""
         more = (
             f"about {needed} rounds per arm would decide it{now}"
@@ -357,10 +356,10 @@ def check_comparable(baseline: RunResult, candidate: RunResult) -> None:
 def case_rule(case: Case, plan: TimingPlan, paired: bool) -> Rule:
     """The rule for ``case``: the calibrated noise floor in a paired run; against a
     stored baseline, the machine's drift added to both the floor and the effect."""
-    d = case.threshold.min_effect
+    d, statistic = case.threshold.min_effect, case.threshold.statistic
     if paired:
-        return Rule(min_effect=d, margin=plan.margin)
-    return Rule(min_effect=d + plan.drift, margin=plan.drift)
+        return Rule(min_effect=d, margin=plan.margin, statistic=statistic)
+    return Rule(min_effect=d + plan.drift, margin=plan.drift, statistic=statistic)
 
 
 def identical(base: CaseResult, cand: CaseResult) -> bool:
@@ -444,9 +443,7 @@ def compare_case(
                 else "cannot decide: an interval needs at least 2 rounds in each arm"
             ),
         )
-    verdict, interval = stats.decide(
-        base.rounds, cand.rounds, rule, confidence=confidence, rng=rng, statistic=statistic
-    )
+    verdict, interval = stats.decide(base.rounds, cand.rounds, rule, confidence=confidence, rng=rng)
     host_ratio = None
     hb, hc = stats.case_time(base.host_rounds), stats.case_time(cand.host_rounds)
     if hb and hc:

@@ -173,7 +173,8 @@ def _report_failure(proto: TextIO, case_id: str, exc: BaseException, device: str
 
 
 def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
-    clock = clock or _Clock(time.monotonic(), time.monotonic())
+    now = time.monotonic()
+    clock = clock or _Clock(now, now)
     from guard.measure import env as guard_env
 
     start_state = _in_background(guard_env.gpu_state)  # beside the imports
