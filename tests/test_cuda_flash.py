@@ -639,6 +639,28 @@ def test_many_tiles_per_multiprocessor(causal: bool, head_dim: int, kernel: str)
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("kernel", KERNELS)
+def test_causal_tiles_on_repeated_launches_and_two_streams(kernel: str) -> None:
+    # The Hopper kernel hands causal tiles out by a counter per stream that its last CTA
+    # resets: a counter left dirty would skip tiles (NaN left in the poisoned buffer) on
+    # the next launch. 8 heads of 8192 keys fill two L2 groups, the first a smaller one.
+    q, k, v = _inputs(1, 8, 8, 8192, 8192, 128, torch.float16, seed=8192)
+    outs = [torch.full_like(q, float("nan")) for _ in range(4)]
+    for out in outs[:2]:
+        cuda_flash.flash_attention_fwd(q, k, v, causal=True, out=out, kernel=kernel)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # concurrent with the launch below on the main stream
+        cuda_flash.flash_attention_fwd(q, k, v, causal=True, out=outs[2], kernel=kernel)
+    cuda_flash.flash_attention_fwd(q, k, v, causal=True, out=outs[3], kernel=kernel)
+    torch.cuda.current_stream().wait_stream(side)
+    _check_against_reference(outs[0], q, k, v, causal=True)
+    for out in outs[1:]:
+        assert torch.equal(out, outs[0])
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_bf16_inputs_scaled_by_30(causal: bool, kernel: str) -> None:
     # Scores in the thousands: the running max moves by large steps at every key tile.

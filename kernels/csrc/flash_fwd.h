@@ -42,6 +42,13 @@ cudaError_t flash_fwd_launch(const FlashFwdParams& params, cudaStream_t stream);
 // stride but the unit one a multiple of 8 elements, 16-byte aligned pointers, O too).
 cudaError_t flash_fwd_sm90_launch(const FlashFwdParams& params, cudaStream_t stream);
 
+// The Hopper kernel's tile counter for `stream` on `device` (two ints, zero between
+// launches: the kernel's last CTA resets them). One per stream, so that launches on
+// concurrent streams never share one; allocated on first use and kept. nullptr while
+// the stream is being captured into a graph, or if allocation fails: the kernel then
+// shares its tiles out by a static stride.
+int* flash_fwd_sm90_tile_counter(int device, cudaStream_t stream);
+
 // Below this much work (batch * heads * seq_q * seq_k) the mma.sync kernel is the faster
 // one on an H100: the Hopper kernel's four TMA descriptors cost more host time than such
 // a kernel runs (measured side by side: (1, 8, 128, 64) 0.87x cuDNN's time with
