@@ -159,7 +159,8 @@ _MIN_WORK = re.compile(r"kHopperMinWork\s*=\s*1LL\s*<<\s*(\d+)")
 def hopper_tile(source: str, head_dim: int, causal: bool, seq_k: int) -> tuple[int, int, int]:
     """(rows of Q, keys per step, stages) the launcher picks, from the header's defaults."""
     m = {name: int(value) for name, value in _MACRO.findall(source)}
-    stages = m["FLASH_SM90_STAGES"]
+    # A head_dim's own ring depth where the header sets one, else the common one.
+    stages = m.get(f"FLASH_SM90_D{head_dim}_STAGES", m["FLASH_SM90_STAGES"])
     if head_dim == 64:
         kind = "CAUSAL" if causal else "FULL"
         return m[f"FLASH_SM90_D64_{kind}_M"], m[f"FLASH_SM90_D64_{kind}_N"], stages
@@ -170,12 +171,20 @@ def hopper_tile(source: str, head_dim: int, causal: bool, seq_k: int) -> tuple[i
 
 
 def hopper_shared_bytes(head_dim: int, block_m: int, block_n: int, stages: int) -> int:
-    """``sizeof(SharedStorage)``: Q, the K and V rings, O on its own where it fits (else in
-    the V ring), the barriers, each buffer 1024-byte aligned."""
+    """``sizeof(SharedStorage)``: Q (two buffers where they fit beside the rest), the K and
+    V rings, O on its own where it fits (else in the V ring), the barriers and tile
+    slots, each buffer 1024-byte aligned (``Traits::fits`` in the header)."""
     q = o = block_m * head_dim * 2
     kv = stages * block_n * head_dim * 2
-    separate = q + 2 * kv + o + 16 + 32 * stages + 1024 <= 227 * 1024
-    return q + kv + (kv + o if separate else max(kv, o)) + 1024
+    barriers = 2 * 8 + 8 + 2 * 16 * stages + 2 * 4
+
+    def fits(q_buffers: int, separate_o: bool) -> bool:
+        used = q_buffers * q + 2 * kv + (o if separate_o else 0) + barriers + 1024
+        return used <= 227 * 1024
+
+    separate = fits(1, True)
+    q_buffers = 2 if fits(2, separate) else 1
+    return q_buffers * q + kv + (kv + o if separate else max(kv, o)) + 1024
 
 
 def hopper_ptxas_text(dtype: str, head_dim: int, *, nvcc: str) -> str:

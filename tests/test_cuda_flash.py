@@ -352,9 +352,17 @@ def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
         assert record["path"] == "hopper-wgmma-tma"
         assert record["registers"] > 0 and record["spill_store_bytes"] == 0
         assert record["num_warps"] == 12  # a producer and two consumer warpgroups
-    # 192-key tiles leave no room for O's own buffer: it shares the V ring.
+    # 192-key tiles leave no room for O's own buffer (it shares the V ring) nor for a
+    # second Q buffer; 128-key tiles have both.
     assert records[1]["shared_bytes"] == 128 * 128 * 2 + 2 * 2 * 192 * 128 * 2 + 1024
-    assert records[0]["shared_bytes"] == 128 * 128 * 2 * 2 + 2 * 2 * 128 * 128 * 2 + 1024
+    q = o = 128 * 128 * 2
+    assert records[0]["shared_bytes"] == 2 * q + 2 * 2 * 128 * 128 * 2 + o + 1024
+    assert [r["num_stages"] for r in records] == [2, 2, 2]
+    report64 = _output(_hopper_results(compile_results)["flash_fwd_sm90_bf16_hdim64.cu"])
+    causal64 = {"shape": [8, 32, 1024, 64], "dtype": "bfloat16", "causal": True}
+    record64 = res.hopper_records(report64, causal64, header)[0]
+    assert record64["num_stages"] == 3  # head_dim 64's own ring depth
+    assert record64["shared_bytes"] == 2 * 16384 + 2 * 3 * 128 * 64 * 2 + 16384 + 1024
     flash_h = (cuda_flash.CSRC / "flash_fwd.h").read_text()
     assert res.uses_hopper_kernel(short, "sm_90", flash_h)
     assert not res.uses_hopper_kernel(short, "sm_80", flash_h)
