@@ -647,11 +647,13 @@ def test_many_tiles_per_multiprocessor(causal: bool, head_dim: int, kernel: str)
 @pytest.mark.gpu
 @gpu
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_causal_tiles_on_repeated_launches_and_two_streams(kernel: str) -> None:
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_causal_tiles_on_repeated_launches_and_two_streams(head_dim: int, kernel: str) -> None:
     # The Hopper kernel hands causal tiles out by a counter per stream that its last CTA
     # resets: a counter left dirty would skip tiles (NaN left in the poisoned buffer) on
-    # the next launch. 8 heads of 8192 keys fill two L2 groups, the first a smaller one.
-    q, k, v = _inputs(1, 8, 8, 8192, 8192, 128, torch.float16, seed=8192)
+    # the next launch. With head_dim 128 and a 50 MB L2 (H100, H200), 8 heads of 8192
+    # keys fill two L2 groups, the first a smaller one.
+    q, k, v = _inputs(1, 8, 8, 8192, 8192, head_dim, torch.float16, seed=8192 + head_dim)
     outs = [torch.full_like(q, float("nan")) for _ in range(4)]
     for out in outs[:2]:
         cuda_flash.flash_attention_fwd(q, k, v, causal=True, out=out, kernel=kernel)
@@ -664,6 +666,34 @@ def test_causal_tiles_on_repeated_launches_and_two_streams(kernel: str) -> None:
     _check_against_reference(outs[0], q, k, v, causal=True)
     for out in outs[1:]:
         assert torch.equal(out, outs[0])
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_causal_launches_captured_in_a_cuda_graph(head_dim: int, kernel: str) -> None:
+    # Under capture the Hopper kernel shares its causal tiles out by a static stride (no
+    # counter); the guard times such graphs. Three replays on fresh inputs copied in.
+    q, k, v = _inputs(2, 40, 8, 700, 700, head_dim, torch.float16, seed=77 + head_dim)
+    static_q, static_k, static_v = q.clone(), k.clone(), v.clone()
+    out = torch.full_like(q, float("nan"))
+    cuda_flash.flash_attention_fwd(static_q, static_k, static_v, causal=True, kernel=kernel)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        cuda_flash.flash_attention_fwd(
+            static_q, static_k, static_v, causal=True, out=out, kernel=kernel
+        )
+    for seed in (1, 2, 3):
+        q, k, v = _inputs(2, 40, 8, 700, 700, head_dim, torch.float16, seed=seed * 1000)
+        static_q.copy_(q)
+        static_k.copy_(k)
+        static_v.copy_(v)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        _check_against_reference(out, q, k, v, causal=True)
 
 
 @pytest.mark.gpu

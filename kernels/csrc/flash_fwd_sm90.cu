@@ -29,19 +29,30 @@ cudaError_t flash_fwd_sm90_launch(const FlashFwdParams& p, cudaStream_t stream) 
 
 int* flash_fwd_sm90_tile_counter(int device, cudaStream_t stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  unsigned long long stream_id = 0;
   if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-      capture != cudaStreamCaptureStatusNone) {
-    cudaGetLastError();
+      capture != cudaStreamCaptureStatusNone ||
+      cudaStreamGetId(stream, &stream_id) != cudaSuccess) {
+    cudaGetLastError();  // the error these calls just set: the static stride instead
     return nullptr;
   }
+  // Keyed by the stream's id, not its handle: a destroyed stream's handle can come back
+  // for a new stream while the old one's work still runs. Never freed: two ints for each
+  // stream that ever ran a causal launch, for the life of the process.
   static std::mutex mutex;
-  static std::map<std::pair<int, cudaStream_t>, int*> counters;
+  static std::map<std::pair<int, unsigned long long>, int*> counters;
   const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(device, stream);
+  const auto key = std::make_pair(device, stream_id);
   const auto found = counters.find(key);
   if (found != counters.end()) return found->second;
   int* counter = nullptr;
-  if (cudaMalloc(&counter, 2 * sizeof(int)) != cudaSuccess) {
+  // Relaxed for this call: while another thread captures a graph in global mode, a plain
+  // cudaMalloc would fail and invalidate that capture.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  const cudaError_t allocated = cudaMalloc(&counter, 2 * sizeof(int));
+  cudaThreadExchangeStreamCaptureMode(&mode);  // this thread's own mode again
+  if (allocated != cudaSuccess) {
     cudaGetLastError();
     return nullptr;
   }

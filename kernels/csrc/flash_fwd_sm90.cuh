@@ -4,8 +4,8 @@
 //
 // Structure (FlashAttention-3, Shah et al. 2024; this is a condensed form of its first
 // public release, hopper/ in Dao-AILab/flash-attention at 7f67966, BSD-3-Clause):
-//  * One CTA = a producer warpgroup and 2 (head_dim 128) or 3 (head_dim 64) consumer
-//    warpgroups; each consumer warpgroup owns 64 query rows of the CTA's tile. The grid is
+//  * One CTA = a producer warpgroup and 2 consumer warpgroups (3 with 192-row tiles, a
+//    tuning option); each consumer warpgroup owns 64 query rows of the CTA's tile. The grid is
 //    persistent: one CTA per SM walks the (m_block, head, batch) tiles. Without a causal
 //    mask every tile costs the same and a static stride shares them out; causal tiles
 //    cost 1 to seq_k / kBlockN key blocks, so they go heaviest first to whichever CTA
@@ -134,6 +134,10 @@ CUTLASS_DEVICE int query_empty_bar(int q_stage) {
   return q_stage == 0 ? int(Bar::QueryEmpty) : int(Bar::QueryEmptySecond);
 }
 
+// Keeps the compiler from moving memory accesses across it: CUTLASS's mbarrier wait and
+// arrive are asm without a memory clobber, and the tile slot is read and written next to them.
+CUTLASS_DEVICE void compiler_fence() { asm volatile("" ::: "memory"); }
+
 CUTLASS_DEVICE void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -154,10 +158,10 @@ struct Traits {
   static constexpr int kThreads = kMmaThreads + 128;  // + the producer warpgroup
   static constexpr int kWarps = kThreads / 32;
   static_assert(kConsumerWarpgroups == 2 || kConsumerWarpgroups == 3);
-  // setmaxnreg: the producer gives its registers to the consumers (64K per SM).
-  // The totals stay within the launch's allocation: 384 threads x 168 = 128 x 24 + 256 x 240
-  // (or 128 x 32 + 256 x 232 at head_dim 64, whose producer spills at 24 with a causal
-  // mask), 512 threads x 128 = 128 x 32 + 384 x 160.
+  // setmaxnreg: the producer gives its registers to the consumers. The totals stay within
+  // the launch's allocation: two consumer warpgroups, 384 threads x 168 >= 128 x 24 +
+  // 256 x 240 (or 128 x 32 + 256 x 232 at head_dim 64, whose producer spills at 24 with
+  // a causal mask); three (192-row tiles), 512 threads x 128 = 128 x 32 + 384 x 160.
   static constexpr int kProducerRegs = kConsumerWarpgroups == 2 && kHeadDim == 128 ? 24 : 32;
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : kProducerRegs == 24 ? 240 : 232;
 
@@ -509,6 +513,7 @@ CUTLASS_DEVICE int load_tile(KernelParams<T> const& p, typename T::SharedStorage
     bar_sync(query_empty_bar(q_stage), T::kMmaThreads + 32);
     if (leader) {
       smem.bars.tile_index[q_stage] = index;
+      compiler_fence();
       smem.bars.barrier_q[q_stage].arrive();  // release: the consumers see the index
     }
     return -1;
@@ -547,6 +552,7 @@ CUTLASS_DEVICE int load_tile(KernelParams<T> const& p, typename T::SharedStorage
   bar_sync(query_empty_bar(q_stage), T::kMmaThreads + 32);
   if (leader) {
     smem.bars.tile_index[q_stage] = index;
+    compiler_fence();
     smem.bars.barrier_q[q_stage].arrive_and_expect_tx(T::kBytesQ);
     copy(p.tma_q.with(reinterpret_cast<cutlass::arch::ClusterTransactionBarrier::ValueType&>(
                           smem.bars.barrier_q[q_stage]),
@@ -839,6 +845,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
         // for the next launch on the stream (the kernel boundary publishes the reset).
         __threadfence();
         if (atomicAdd(p.tile_counter + 1, 1) == int(gridDim.x) - 1) {
+          __threadfence();  // after every CTA's last atomic on the counter
           p.tile_counter[0] = 0;
           p.tile_counter[1] = 0;
         }
@@ -857,6 +864,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
       const int phase = (work / T::kQStages) % 2;
       auto token_q = static_cast<cutlass::BarrierStatus>(barrier_q.try_wait(phase));
       if (token_q == cutlass::BarrierStatus::WaitAgain) barrier_q.wait(phase);
+      compiler_fence();
       const int index = smem.bars.tile_index[q_stage];
       if (index >= p.total_tiles) break;
       const Tile tile = tile_of(p, index, kCausal);
