@@ -26,8 +26,10 @@ schema_version: 1
 name: shard-tiny
 kernels: [demo, reference]
 gate: [demo]
+# Up to 8 rounds: a round slowed by the other shard's processes on two cores leaves a case
+# inconclusive at 3, and a sequential check then takes more rounds (as a real one does).
 threshold: "median:25%"
-cpu_timing: {rounds: 3, max_rounds: 3, samples_per_round: 5, sample_target_ms: 2, margin: 0.05}
+cpu_timing: {rounds: 3, max_rounds: 8, samples_per_round: 5, sample_target_ms: 2, margin: 0.05}
 cases:
   - {shape: [1, 2, 32, 16], causal: false, dtype: float32}
   - {shape: [1, 2, 48, 16], causal: false, dtype: float32}
