@@ -675,25 +675,21 @@ def test_causal_tiles_on_repeated_launches_and_two_streams(head_dim: int, kernel
 def test_causal_launches_captured_in_a_cuda_graph(head_dim: int, kernel: str) -> None:
     # Under capture the Hopper kernel shares its causal tiles out by a static stride (no
     # counter); the guard times such graphs. Three replays on fresh inputs copied in.
-    q, k, v = _inputs(2, 40, 8, 700, 700, head_dim, torch.float16, seed=77 + head_dim)
-    static_q, static_k, static_v = q.clone(), k.clone(), v.clone()
-    out = torch.full_like(q, float("nan"))
-    cuda_flash.flash_attention_fwd(static_q, static_k, static_v, causal=True, kernel=kernel)
+    static = _inputs(2, 40, 8, 700, 700, head_dim, torch.float16, seed=77 + head_dim)
+    out = torch.full_like(static[0], float("nan"))
+    cuda_flash.flash_attention_fwd(*static, causal=True, kernel=kernel)  # warm, uncaptured
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        cuda_flash.flash_attention_fwd(
-            static_q, static_k, static_v, causal=True, out=out, kernel=kernel
-        )
+        cuda_flash.flash_attention_fwd(*static, causal=True, out=out, kernel=kernel)
     for seed in (1, 2, 3):
-        q, k, v = _inputs(2, 40, 8, 700, 700, head_dim, torch.float16, seed=seed * 1000)
-        static_q.copy_(q)
-        static_k.copy_(k)
-        static_v.copy_(v)
+        fresh = _inputs(2, 40, 8, 700, 700, head_dim, torch.float16, seed=seed * 1000)
+        for buffer, tensor in zip(static, fresh, strict=True):
+            buffer.copy_(tensor)
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        _check_against_reference(out, q, k, v, causal=True)
+        _check_against_reference(out, *fresh, causal=True)
 
 
 @pytest.mark.gpu
