@@ -673,8 +673,9 @@ def test_causal_tiles_on_repeated_launches_and_two_streams(head_dim: int, kernel
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_causal_launches_captured_in_a_cuda_graph(head_dim: int, kernel: str) -> None:
-    # Under capture the Hopper kernel shares its causal tiles out by a static stride (no
-    # counter); the guard times such graphs. Three replays on fresh inputs copied in.
+    # Under capture the Hopper kernel takes a tile counter of its own for the captured
+    # launch, zeroed by a memset node at each replay; the guard times such graphs. Three
+    # replays on fresh inputs copied in: a counter left dirty would skip tiles.
     static = _inputs(2, 40, 8, 700, 700, head_dim, torch.float16, seed=77 + head_dim)
     out = torch.full_like(static[0], float("nan"))
     cuda_flash.flash_attention_fwd(*static, causal=True, kernel=kernel)  # warm, uncaptured

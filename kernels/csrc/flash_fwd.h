@@ -44,9 +44,10 @@ cudaError_t flash_fwd_sm90_launch(const FlashFwdParams& params, cudaStream_t str
 
 // The Hopper kernel's tile counter for `stream` on `device` (two ints, zero between
 // launches: the kernel's last CTA resets them). One per stream, so that launches on
-// concurrent streams never share one; allocated on first use and kept. nullptr while
-// the stream is being captured into a graph, or if allocation fails: the kernel then
-// shares its tiles out by a static stride.
+// concurrent streams never share one; allocated on first use and kept. Under graph
+// capture, one for each captured launch, zeroed by a memset node of the graph before
+// it. nullptr if allocation fails: the kernel then shares its tiles out by a static
+// stride.
 int* flash_fwd_sm90_tile_counter(int device, cudaStream_t stream);
 
 // Below this much work (batch * heads * seq_q * seq_k) the mma.sync kernel is the faster
