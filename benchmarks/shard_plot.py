@@ -27,6 +27,7 @@ def series(summary: dict[str, object]) -> list[tuple[str, list[tuple[int, float]
             (int(r["gpus"]), float(r["wall_s"]))
             for r in records
             if str(r.get("phase", "")).startswith(f"{prefix}-") and "plant" not in r["phase"]
+            and not r.get("cut")  # stopped by its time limit: not the check's wall time
         )
         if points:
             out.append((label, points))

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sharding on a host with several GPUs: the PR check with --gpus 1 and --gpus 2.
+# Sharding on a host with several GPUs: the PR check with --gpus 1 and --gpus 2
+# (GPU_SPLIT: --gpu-split, "rounds" by default, or "cases").
 # Run from the repository root (PYTHONPATH=.); everything goes under $OUT, summed up in
 # $OUT/shard-proof.json (for benchmarks/shard_plot.py) and the logs in $OUT/shard-logs.tgz.
 # Phases (SKIP="c" skips phase c), run b, a, c (the full suite's ratio first: it is
@@ -33,6 +34,7 @@ FULL_ROUNDS=${FULL_ROUNDS:-2}
 FULL_KERNELS=${FULL_KERNELS:-}
 PHASE_LIMIT=${PHASE_LIMIT:-300}
 TOTAL_LIMIT=${TOTAL_LIMIT:-570}
+GPU_SPLIT=${GPU_SPLIT:-rounds}  # --gpu-split: the rounds dealt over the GPUs, or the cases
 START=$SECONDS
 SKIP=${SKIP:-}
 LOGS=$OUT/shard-logs
@@ -62,7 +64,8 @@ check() {  # phase name, gpus, tree, extra guard.ci args... (LANE: CUDA_VISIBLE_
   if (( limit < 20 )); then echo "=== $name: skipped (no time left)"; return; fi
   t0=$(date +%s.%N)
   env ${LANE:+CUDA_VISIBLE_DEVICES=$LANE} TESTED_SHA="$name" timeout "$limit" python3 -m guard.ci --device "$DEVICE" --base judge \
-    --candidate-tree "$tree" --out-dir "$LOGS/$name" --gpus "$gpus" "$@" > "$LOGS/$name.log" 2>&1
+    --candidate-tree "$tree" --out-dir "$LOGS/$name" --gpus "$gpus" --gpu-split "$GPU_SPLIT" "$@" \
+    > "$LOGS/$name.log" 2>&1
   rc=$?
   t1=$(date +%s.%N)
   python3 - "$name" "$gpus" "$rc" "$t0" "$t1" "$LOGS/$name/meta.json" "$limit" >> "$RECORDS" <<'PY'
@@ -141,12 +144,12 @@ else
 fi
 rm -f suites/full-proof.yaml
 
-python3 - "$RECORDS" "$OUT/shard-proof.json" "$FULL_ROUNDS" "$FULL_KERNELS" <<'PY'
+python3 - "$RECORDS" "$OUT/shard-proof.json" "$FULL_ROUNDS" "$FULL_KERNELS" "$GPU_SPLIT" <<'PY'
 import json, sys
 records = [json.loads(x) for x in open(sys.argv[1]) if x.strip()]
 by = {r["phase"]: r for r in records}
 summary = {"records": records, "full_rounds": int(sys.argv[3]),
-           "full_kernels": sys.argv[4].split() or "all"}
+           "full_kernels": sys.argv[4].split() or "all", "gpu_split": sys.argv[5]}
 a1, a2 = by.get("a-1gpu"), by.get("a-2gpu")
 if a1 and a2 and "verdicts" in a1 and "verdicts" in a2:
     differ = sorted(k for k in a1["verdicts"] if a1["verdicts"][k] != a2["verdicts"].get(k))

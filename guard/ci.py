@@ -343,7 +343,9 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str],
     Judge mode (``--candidate-tree``): this checkout is the base; otherwise the base is
     checked out in a temporary worktree and this checkout is the candidate. Either way
     the suite is the base commit's."""
-    opts = core.MeasureOptions(device=args.device, time_identical=args.time_identical)
+    opts = core.MeasureOptions(
+        device=args.device, time_identical=args.time_identical, gpus=cli_merge.round_lanes(args)
+    )
     with contextlib.ExitStack() as stack:
         if args.candidate_tree:
             candidate = Path(args.candidate_tree).resolve()
@@ -416,7 +418,7 @@ def run(
             if args.candidate_tree
             else []
         )
-        if args.gpus:  # one process per GPU, each a shard; merged here
+        if cli_merge.cases_over_gpus(args):  # one process per GPU, each a shard; merged here
             return _run_on_gpus(args, context)
         comparison, changes, profiles = measure(args, base)
     except GuardError as exc:
@@ -484,7 +486,7 @@ def _run_on_gpus(args: argparse.Namespace, context: Mapping[str, object]) -> tup
     ``--out-dir``), merged here at the family level (``guard merge``)."""
     gpus = cli_merge.gpu_list(args.gpus, args.device)
     passed = cli_merge.without_options(
-        args.argv, ("--gpus", "--gpu-timeout", "--shard", "--out-dir"), ("--html",)
+        args.argv, ("--gpus", "--gpu-split", "--gpu-timeout", "--shard", "--out-dir"), ("--html",)
     )
 
     def argv_for(i: int, n: int, folder: Path) -> list[str]:
@@ -583,9 +585,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--gpus",
         metavar="N|all|0,2,...",
-        help="spread the cases over these GPUs of this host, one process each, and "
-        "decide them together",
+        help="spread the check over these GPUs of this host (how: --gpu-split) and "
+        "decide every case together",
     )
+    cli_merge.add_gpu_split(p)
     p.add_argument(
         "--gpu-timeout",
         type=float,

@@ -98,6 +98,7 @@ def _opts(args: argparse.Namespace) -> core.MeasureOptions:
         sanitize=getattr(args, "sanitize", False),
         time_identical=getattr(args, "time_identical", False),
         time_controls=getattr(args, "time_controls", False),
+        gpus=cli_merge.round_lanes(args),
     )
 
 
@@ -290,7 +291,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     try:
         if args.against:
             _announce(args, suite, then)
-            if args.gpus or args.shard:  # spread over GPUs or runners (cli_merge)
+            if args.shard or cli_merge.cases_over_gpus(args):  # shards (cli_merge)
                 comparison = cli_merge.compare_sharded(
                     args, suite, _opts(args), progress, args.argv
                 )

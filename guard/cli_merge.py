@@ -9,11 +9,19 @@ the check's: 0 pass, 1 regression or wrong results, 2 bad input (shards of anoth
 base, head or suite; the field is named) or no verdict, 3 infrastructure (a shard
 missing, or one that failed before it measured).
 
-``--gpus N|all|0,2,...`` runs one process per GPU (``CUDA_VISIBLE_DEVICES`` set to
-it), each measuring shard I/N of the suite (both arms of its cases, interleaved), then
-merges their outcomes here. A process that crashes without an outcome, or hangs past
-``--gpu-timeout``, fails the check with exit 3 naming its GPU. With ``--device cpu``
-the processes pin no GPU (a test of the whole path on a CPU).
+``--gpus N|all|0,2,...`` spreads one check over several GPUs of this host, in one of two
+ways (``--gpu-split``):
+
+- ``rounds`` (the default): every GPU measures every case, and the timing rounds are
+  dealt out among them, both arms of a round on one GPU (``runner.Session``'s lanes).
+  What each round pays whatever its size (a fresh process, each kernel's first calls)
+  is divided too, and the decision removes each GPU's offset (``stats.ratio_interval``).
+- ``cases``: one process per GPU (``CUDA_VISIBLE_DEVICES`` set to it), each measuring
+  shard I/N of the suite (both arms of its cases, interleaved), their outcomes merged
+  here. A process that crashes without an outcome, or hangs past ``--gpu-timeout``,
+  fails the check with exit 3 naming its GPU.
+
+With ``--device cpu`` no GPU is pinned (a test of the whole path on a CPU).
 """
 
 from __future__ import annotations
@@ -115,6 +123,18 @@ def gpu_list(option_value: str, device: str) -> tuple[str | None, ...]:
         return shard_mod.visible_gpus(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
     except ValueError as exc:
         raise BadInput(f"--gpus {text.one_line(exc)}") from None
+
+
+def cases_over_gpus(args: argparse.Namespace) -> bool:
+    """``--gpus`` with ``--gpu-split cases``: one shard process per GPU."""
+    return bool(getattr(args, "gpus", None)) and getattr(args, "gpu_split", "") == "cases"
+
+
+def round_lanes(args: argparse.Namespace) -> tuple[str | None, ...]:
+    """The GPUs to deal the rounds over (``--gpus`` with ``--gpu-split rounds``), else ()."""
+    if not getattr(args, "gpus", None) or cases_over_gpus(args):
+        return ()
+    return gpu_list(args.gpus, args.device)
 
 
 def without_options(
@@ -235,6 +255,8 @@ def sharding_options(args: argparse.Namespace) -> None:
         raise BadInput(f"{flag}: only with --against REF (a paired check)")
     if args.outcome and not args.shard:
         raise BadInput("--outcome: only with --shard I/N (a shard's outcome for guard merge)")
+    if getattr(args, "gpu_split", "rounds") != "rounds" and not args.gpus:
+        raise BadInput("--gpu-split: only with --gpus")
 
 
 def compare_sharded(
@@ -290,8 +312,8 @@ def compare_sharded(
 
 # Options each GPU's process does not get from the command line: its own are set.
 SPREAD_DROPS = (
-    "--gpus", "--gpu-timeout", "--shard", "--outcome", "--out", "--markdown", "--html",
-    "--history",
+    "--gpus", "--gpu-split", "--gpu-timeout", "--shard", "--outcome", "--out", "--markdown",
+    "--html", "--history",
 )  # fmt: skip
 
 
@@ -300,10 +322,10 @@ def add_sharding_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gpus",
         metavar="N|all|0,2,...",
-        help="with --against: spread the cases over these GPUs, one process each "
-        "(balanced by time in this GPU's baseline; each GPU runs both arms of its cases), "
-        "and decide them together",
+        help="with --against: spread the check over these GPUs of this host (how: "
+        "--gpu-split) and decide every case together",
     )
+    add_gpu_split(p)
     p.add_argument(
         "--shard",
         metavar="I/N",
@@ -316,6 +338,17 @@ def add_sharding_options(p: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_GPU_TIMEOUT_S,
         help=argparse.SUPPRESS,  # seconds one GPU's process may take (tests)
+    )
+
+
+def add_gpu_split(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--gpu-split",
+        choices=("rounds", "cases"),
+        default="rounds",
+        help="with --gpus: deal the timing rounds out among the GPUs, each measuring "
+        "every case (rounds, the default), or split the cases, one process per GPU "
+        "(cases; balanced by time in this GPU's baseline)",
     )
 
 

@@ -88,6 +88,9 @@ class MeasureOptions:
     # A shard of a sharded check: at least this many gated cases share the family
     # false-alarm rate (the whole suite's), so its intervals are not sized for its share.
     family: int = 0
+    # GPUs of this host to deal the timing rounds over (each a CUDA_VISIBLE_DEVICES
+    # value; None on a CPU): ``runner.Session``'s lanes. (): the devices this process sees.
+    gpus: tuple[str | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -306,6 +309,7 @@ def _session(
         sys_path=opts.sys_path,
         cpu_fallback_reason=reason,
         sanitize=opts.sanitize and device == "cuda",
+        gpus=opts.gpus,
     )
 
 
@@ -458,7 +462,8 @@ def _sequential(
         session.time(rounds, to_time)
     comparison = decide()
     while comparison.inconclusive_ids() and session.rounds_done < max_rounds:
-        step = min(SEQUENTIAL_STEP, max_rounds - session.rounds_done)
+        # At least a round for every GPU the rounds are dealt over.
+        step = min(max(SEQUENTIAL_STEP, len(session.lanes)), max_rounds - session.rounds_done)
         session.time(step, comparison.inconclusive_ids())
         comparison = decide()
     return comparison

@@ -93,12 +93,28 @@ COMPARE = ("compare", "--suite", "suites/tiny.yaml", "--against", "HEAD~1", "--d
 def test_two_processes_measure_their_shares_and_one_verdict_comes_back(
     repo: Path, tmp_path: Path
 ) -> None:
-    proc = guard(repo, *COMPARE, "--gpus", "2", "--json", "--out", str(tmp_path / "r.json"))
+    proc = guard(repo, *COMPARE, "--gpus", "2", "--gpu-split", "cases", "--json",
+                 "--out", str(tmp_path / "r.json"))  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
     data = json.loads(proc.stdout)
     assert "2 significant regression(s)" in json.dumps(data)
     assert "[worker 1]" in proc.stderr and "[worker 2]" in proc.stderr
     assert any("2 shards merged" in n for n in data.get("notes", [])), data.get("notes")
+
+
+def test_rounds_dealt_over_two_gpus_give_one_verdict_and_record_each_rounds_gpu(
+    repo: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "r.json"
+    proc = guard(repo, *COMPARE, "--gpus", "2", "--json", "--out", str(out))
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert "2 significant regression(s)" in json.dumps(data)
+    assert "[worker" not in proc.stderr  # one process: no shards
+    saved = json.loads(out.read_text())["guard"]
+    timed = [c for c in saved["cases"] if c["rounds"]]
+    assert timed and all(sorted(set(c["round_gpus"])) == ["0", "1"] for c in timed)
+    assert {r.get("gpu") for r in saved["rounds"]} == {"0", "1"}
 
 
 def test_shard_files_merge_into_the_verdict_and_a_missing_one_is_exit_3(
@@ -130,8 +146,9 @@ def test_bad_shard_flags_are_exit_2_naming_the_flag(repo: Path) -> None:
     for args, flag in (
         (("--shard", "0/2"), "--shard"),
         (("--shard", "3/2"), "--shard"),
-        (("--gpus", "9"), "--gpus"),  # 4 cases cannot fill 9 processes
+        (("--gpus", "9", "--gpu-split", "cases"), "--gpus"),  # 4 cases cannot fill 9
         (("--gpus", "2", "--shard", "1/2"), "--gpus"),
+        (("--gpu-split", "cases"), "--gpu-split"),  # without --gpus
     ):
         proc = guard(repo, *COMPARE, *args, timeout=120)
         assert proc.returncode == 2, (args, proc.stderr[-2000:])
@@ -142,12 +159,15 @@ def test_bad_shard_flags_are_exit_2_naming_the_flag(repo: Path) -> None:
 
 
 def test_a_process_that_hangs_is_exit_3_naming_its_gpu(repo: Path) -> None:
-    proc = guard(repo, *COMPARE, "--gpus", "2", "--gpu-timeout", "1")
+    proc = guard(repo, *COMPARE, "--gpus", "2", "--gpu-split", "cases", "--gpu-timeout", "1")
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert "worker 1 (shard 1/2): hung past 1 s" in proc.stderr
 
 
-def test_the_pr_check_on_two_gpus_publishes_one_outcome(repo: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("split", ["rounds", "cases"])
+def test_the_pr_check_on_two_gpus_publishes_one_outcome(
+    repo: Path, tmp_path: Path, split: str
+) -> None:
     """``python -m guard.ci --gpus 2`` as the workflow runs it (judge/ and pr/): one
     meta.json with every case, one job summary and one set of outputs (the GPUs'
     processes write none)."""
@@ -164,7 +184,7 @@ def test_the_pr_check_on_two_gpus_publishes_one_outcome(repo: Path, tmp_path: Pa
     proc = subprocess.run(
         [sys.executable, "-m", "guard.ci", "--device", "cpu", "--base", "judge",
          "--candidate-tree", str(head), "--suite", "suites/tiny.yaml",
-         "--out-dir", str(tmp_path / "out"), "--gpus", "2"],
+         "--out-dir", str(tmp_path / "out"), "--gpus", "2", "--gpu-split", split],
         cwd=judge, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]

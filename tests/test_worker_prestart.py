@@ -72,11 +72,11 @@ def _two_arm_session(tiny_suite, tmp_path, **kw) -> Session:
 def test_every_worker_but_the_sessions_first_is_started_ahead(tiny_suite, tmp_path):
     with _two_arm_session(tiny_suite, tmp_path, prestart=True) as session:
         session.check()
-        spare = session._spare  # waits across calls: the timing rounds' first takes it
+        spare = session.lanes[0].spare  # waits across calls: the timing rounds' first takes it
         assert spare is not None and spare.proc.poll() is None
         session.time(2)
         res = session.results()
-    assert session._spare is None and not proc._RUNNING  # none outlives the session
+    assert session.lanes[0].spare is None and not proc._RUNNING  # none outlives the session
     assert spare.proc.poll() is not None
     for arm in ("baseline", "candidate"):
         cases = res[arm].cases
@@ -118,8 +118,8 @@ def test_a_spare_that_cannot_serve_is_stopped_and_a_fresh_worker_runs(tiny_suite
         spare.proc.wait(timeout=60)
     else:
         spare = _Started.start([*command, PRELOAD_FLAG], env, base=[*command, "--other"])
-    session._spare = spare
-    assert session._take_spare(command, env) is None
+    session.lanes[0].spare = spare
+    assert session._take_spare(session.lanes[0], command, env) is None
     assert spare.proc.poll() is not None and spare.proc.pid not in proc._RUNNING
     with session:
         session.check()
@@ -175,5 +175,5 @@ def test_the_core_entry_points_leave_no_worker_started_ahead(tiny_suite, monkeyp
         core.run(suite, opts)
     else:
         core.compare_with_baseline(suite, None, opts=opts)
-    assert made and all(s._spare is None for s in made)
+    assert made and all(s.lanes[0].spare is None for s in made)
     assert not proc._RUNNING

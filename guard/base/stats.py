@@ -251,6 +251,7 @@ def ratio_interval(
     n_resamples: int = 2000,
     bound_confidence: float | None = None,
     statistic: RoundStatistic = "median",
+    strata: tuple[Sequence[str], Sequence[str]] | None = None,
 ) -> Interval:
     """Ratio of candidate to baseline, with an interval that resamples rounds.
 
@@ -263,17 +264,20 @@ def ratio_interval(
     Needs at least two rounds in each arm; raises ValueError otherwise.
     ``bound_confidence`` also gives the one-sided upper bound at that level.
     ``statistic``: each arm's centre (``RoundStatistic``; the module's docstring).
+    ``strata``: each round's GPU, per arm (baseline's, candidate's), where a run dealt
+    its rounds over several GPUs (``_without_offsets``).
     """
     lb, lc = _log_medians(baseline), _log_medians(candidate)
     if lb.size < 2 or lc.size < 2:
         raise ValueError("a ratio interval needs at least two rounds in each arm")
     log_ratio = functools.partial(_log_mean_diff, statistic=statistic)
     diff = float(log_ratio(lc, lb))
+    sb, sc, strata_count = _without_offsets(lb, lc, strata)
     se, df = 0.0, 1.0  # identical rounds: nothing varies
-    if np.ptp(lb) > 0.0 or np.ptp(lc) > 0.0:
+    if np.ptp(sb) > 0.0 or np.ptp(sc) > 0.0:
         n = min(lb.size, lc.size)
-        se = _bootstrap_se((lc, lb), log_ratio, rng, n_resamples) * math.sqrt(n / (n - 1))
-        df = _trimmed_df(lb, lc, statistic)
+        se = _bootstrap_se((sc, sb), log_ratio, rng, n_resamples) * math.sqrt(n / (n - 1))
+        df = max(_trimmed_df(sb, sc, statistic) - (strata_count - 1), 1.0)
     half = float(_sps().t.ppf(0.5 + confidence / 2.0, df=df)) * se
     up = None if bound_confidence is None else float(_sps().t.ppf(bound_confidence, df=df)) * se
     capped = not half <= MAX_LOG_HALF_WIDTH or abs(diff) > MAX_LOG_RATIO  # NaN counts as wide
@@ -291,6 +295,35 @@ def ratio_interval(
         None if up is None else float(np.exp(diff + up)),
         bound_confidence,
     )
+
+
+def _without_offsets(
+    lb: FloatArray, lc: FloatArray, strata: tuple[Sequence[str], Sequence[str]] | None
+) -> tuple[FloatArray, FloatArray, int]:
+    """The arms' log rounds with each GPU's offset taken out, and how many GPUs.
+
+    A run that deals its rounds over several GPUs gives each GPU as many rounds of each
+    arm, so a GPU that runs a little faster than another moves both arms alike and the
+    estimate not at all; but it spreads each arm's rounds, which would widen the
+    interval for nothing. Each GPU's offset (the mean of its two arms' mean log rounds)
+    is subtracted from its rounds of both arms before the spread is resampled; the
+    estimate itself is taken from the rounds as measured. Unchanged, with one stratum:
+    no strata, strata that do not match the rounds one to one, or a GPU that holds
+    rounds of one arm only (its offset would take the arms' difference with it)."""
+    if strata is None:
+        return lb, lc, 1
+    gb, gc = np.asarray(strata[0], dtype=object), np.asarray(strata[1], dtype=object)
+    labels = set(gb.tolist()) | set(gc.tolist())
+    if gb.size != lb.size or gc.size != lc.size or len(labels) < 2:
+        return lb, lc, 1
+    if any(not (gb == g).any() or not (gc == g).any() for g in labels):
+        return lb, lc, 1
+    sb, sc = lb.copy(), lc.copy()
+    for g in labels:
+        offset = (float(lb[gb == g].mean()) + float(lc[gc == g].mean())) / 2.0
+        sb[gb == g] -= offset
+        sc[gc == g] -= offset
+    return sb, sc, len(labels)
 
 
 def case_time(rounds: Rounds, statistic: RoundStatistic = "median") -> float | None:
@@ -440,9 +473,10 @@ def decide(
     confidence: float,
     rng: np.random.Generator,
     n_resamples: int = 2000,
+    strata: tuple[Sequence[str], Sequence[str]] | None = None,
 ) -> tuple[Verdict, Interval]:
     """The case's verdict and the interval it rests on (``confidence``: the family level
-    from ``family_confidence``)."""
+    from ``family_confidence``; ``strata``: each round's GPU, as ``ratio_interval``)."""
     interval = ratio_interval(
         baseline,
         candidate,
@@ -451,6 +485,7 @@ def decide(
         n_resamples=n_resamples,
         bound_confidence=rule.bound_confidence,
         statistic=rule.statistic,
+        strata=strata,
     )
     return classify(interval, rule), interval
 

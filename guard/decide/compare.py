@@ -443,7 +443,10 @@ def compare_case(
                 else "cannot decide: an interval needs at least 2 rounds in each arm"
             ),
         )
-    verdict, interval = stats.decide(base.rounds, cand.rounds, rule, confidence=confidence, rng=rng)
+    strata = (base.round_gpus, cand.round_gpus) if base.round_gpus and cand.round_gpus else None
+    verdict, interval = stats.decide(
+        base.rounds, cand.rounds, rule, confidence=confidence, rng=rng, strata=strata
+    )
     host_ratio = None
     hb, hc = stats.case_time(base.host_rounds), stats.case_time(cand.host_rounds)
     if hb and hc:

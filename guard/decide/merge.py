@@ -46,6 +46,8 @@ def reduced(run: RunResult) -> RunResult:
             c,
             rounds=_per_round(c.rounds),
             host_rounds=_per_round(c.host_rounds),
+            # Each round's GPU stays beside its round (dropped if an empty round went).
+            round_gpus=c.round_gpus if len(_per_round(c.rounds)) == len(c.rounds) else (),
             resources=(),
             worker_output="",
             calls_per_sample=(),

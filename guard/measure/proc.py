@@ -186,11 +186,18 @@ def kill_running_groups() -> None:
 
 def stop_group(proc: subprocess.Popen[Any]) -> None:
     """Kill a ``start_group`` child's group, close its stdin (a worker's watchdog reads
-    it), unlist and reap it."""
+    it), unlist and reap it. Unlisted only once the group's members are dead: until
+    then another thread's ``end_strays`` (a second GPU's worker ending) would take them,
+    orphaned to this process, for strays."""
     kill_group(proc.pid)
     if proc.stdin is not None:
         with contextlib.suppress(OSError):
             proc.stdin.close()
+    deadline = time.monotonic() + STRAY_WAIT_S
+    while any(s.pgrp == proc.pid and s.alive for s in _processes()):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
     forget_group(proc.pid)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)

@@ -36,11 +36,24 @@ process per round, it touches neither the GPU nor the arm's kernels until its jo
 comes, and the job says which arm it serves. The one left when the session ends is
 stopped by ``close`` (a Session is a context manager). Not on a CPU, where its imports
 would take a core from the measurement, nor under compute-sanitizer.
+
+Several GPUs of one host (``gpus``): each is a *lane*, where one worker runs at a time
+(``CUDA_VISIBLE_DEVICES`` set to it), driven by a thread of its own that lives as long
+as the session (a worker's death signal follows the thread that started it, and the
+lane's worker started ahead must outlive each round). The timing rounds are dealt out
+round-robin: both arms of a round run on one lane, one after the other, and each lane
+alternates which arm goes first, so every lane holds as many rounds of each arm and a
+GPU's offset falls on both alike (the decision removes it: ``stats.ratio_interval``'s
+strata, from each round's lane in ``CaseResult.round_gpus``). The check round runs the
+arms at once, one lane each: nothing is timed there. One limit: what a worker's code
+leaves running outside its group may be found, and blamed, when another lane's worker
+ends.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import queue
@@ -53,6 +66,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -138,6 +152,7 @@ class _CaseState:
     method: str = ""
     calls: list[int] = field(default_factory=list)
     output: str = ""
+    round_gpus: list[str] = field(default_factory=list)  # each round's lane ("": the only one)
 
     def freeze(self) -> CaseResult:
         return CaseResult(
@@ -152,7 +167,24 @@ class _CaseState:
             method=self.method,
             calls_per_sample=tuple(self.calls),
             worker_output=self.output,
+            round_gpus=tuple(self.round_gpus) if any(self.round_gpus) else (),
         )
+
+
+@dataclass
+class _Lane:
+    """Where one worker runs at a time: a GPU (``CUDA_VISIBLE_DEVICES``; None: the
+    devices this process sees), with its own worker started ahead."""
+
+    gpu: str | None = None
+    label: str = ""  # what its rounds record ("": the session's only lane)
+    spare: _Started | None = None  # the next worker, started ahead
+    strays: list[Stray] = field(default_factory=list)  # left by the last worker (end_strays)
+    # The last worker's start and end (None: not seen to end by itself), monotonic.
+    span: tuple[float, float | None] = (0.0, None)
+    pairs: int = 0  # timing rounds of both arms done here: who goes first alternates
+    current: subprocess.Popen[str] | None = None  # the worker running now
+    thread: ThreadPoolExecutor | None = None  # drives the lane (several lanes only)
 
 
 def case_seed(base: int, case_id: str, round_index: int) -> int:
@@ -177,6 +209,7 @@ class Session:
         sanitize: bool = False,
         cpu_fallback_reason: str = "",
         prestart: bool | None = None,
+        gpus: Sequence[str | None] = (),
     ) -> None:
         for arm in arms:
             problem = kernels_init_problem(arm.kernels_root) if arm.kernels_root else ""
@@ -197,13 +230,16 @@ class Session:
         # the measuring one); never under compute-sanitizer (it wraps each worker).
         self.prestart = (device == "cuda") if prestart is None else prestart
         self.prestart = self.prestart and not sanitize
-        self._spare: _Started | None = None  # the next worker, started ahead
+        many = len(gpus) > 1
+        self.lanes = [
+            _Lane(gpu, (gpu if gpu is not None else str(i)) if many else "")
+            for i, gpu in enumerate(gpus)
+        ] or [_Lane()]
+        self._lock = threading.RLock()  # the lanes' threads share the states and progress
+        self._stopping = threading.Event()  # a lane failed, or the session is closing
         self.states = {a.name: {c.id: _CaseState(c) for c in suite.cases} for a in self.arms}
         self.round_infos: dict[str, list[RoundInfo]] = {a.name: [] for a in self.arms}
         self.rounds_done = 0
-        self._strays: list[Stray] = []  # left by the last worker (end_strays)
-        # The last worker's start and end (None: not seen to end by itself), monotonic.
-        self._span: tuple[float, float | None] = (0.0, None)
         self.environment = guard_env.collect(device, cpu_fallback_reason)
         # Each arm's machine record, with its own commit (git asked once, not per step).
         self.arm_environments = {a.name: self._arm_environment(a) for a in self.arms}
@@ -211,10 +247,15 @@ class Session:
     # ------------------------------------------------------------------ phases
 
     def check(self) -> None:
-        """Round 0: correctness of every case in every arm."""
-        for arm in self.arms:
-            cases = list(self.suite.cases)
-            self._round(arm, "check", cases, 0, 0)
+        """Round 0: correctness of every case in every arm (on several lanes, the arms at
+        once, one lane each)."""
+        work: list[list[Callable[[], None]]] = [[] for _ in self.lanes]
+        for i, arm in enumerate(self.arms):
+            lane = self.lanes[i % len(self.lanes)]
+            work[i % len(self.lanes)].append(
+                functools.partial(self._round, lane, arm, "check", list(self.suite.cases), 0, 0)
+            )
+        self._on_lanes(work)
 
     def time(self, n_rounds: int, case_ids: Sequence[str] | None = None) -> None:
         """``n_rounds`` more timing rounds of the cases that passed in every arm."""
@@ -227,21 +268,74 @@ class Session:
         ]
         if not cases:
             return
-        total = self.rounds_done + n_rounds
-        for _ in range(n_rounds):
-            self.rounds_done += 1
-            r = self.rounds_done
-            arms = self.arms if r % 2 else tuple(reversed(self.arms))  # who goes first
-            for arm in arms:
-                order = list(cases)
-                random.Random(self.seed + r).shuffle(order)
-                self._round(arm, "time", order, r, total)
+        first, total = self.rounds_done + 1, self.rounds_done + n_rounds
+        self.rounds_done = total
+        work: list[list[Callable[[], None]]] = [[] for _ in self.lanes]
+        for r in range(first, total + 1):  # round-robin over the lanes
+            j = (r - 1) % len(self.lanes)
+            work[j].append(functools.partial(self._pair, self.lanes[j], cases, r, total))
+        self._on_lanes(work)
+
+    def _pair(self, lane: _Lane, cases: Sequence[Case], r: int, total: int) -> None:
+        """Round ``r`` of every arm on ``lane``, the first arm alternating on each lane."""
+        arms = self.arms if lane.pairs % 2 == 0 else tuple(reversed(self.arms))
+        lane.pairs += 1
+        order = list(cases)
+        random.Random(self.seed + r).shuffle(order)
+        for arm in arms:
+            self._round(lane, arm, "time", order, r, total)
+
+    def _on_lanes(self, work: Sequence[Sequence[Callable[[], None]]]) -> None:
+        """Run each lane's ``work`` in order: on this thread when there is one lane, else
+        on each lane's thread at once. The first error is raised once every lane has
+        stopped (a failing lane stops the others after their current round)."""
+        if len(self.lanes) == 1:
+            for step in work[0]:
+                step()
+            return
+        futures: list[Future[None]] = []
+        for lane, steps in zip(self.lanes, work, strict=True):
+            if steps:
+                if lane.thread is None:
+                    lane.thread = ThreadPoolExecutor(1, thread_name_prefix=f"lane-{lane.label}")
+                futures.append(lane.thread.submit(self._run_steps, steps))
+        errors: list[BaseException] = []
+        try:
+            for future in futures:
+                try:
+                    future.result()
+                except Exception as exc:
+                    self._stopping.set()
+                    errors.append(exc)
+        except BaseException:  # interrupted here (SIGTERM, ^C): end every lane's worker
+            self._stopping.set()
+            self._stop_workers()
+            raise
+        if errors:
+            raise errors[0]
+
+    def _run_steps(self, steps: Sequence[Callable[[], None]]) -> None:
+        for step in steps:
+            if self._stopping.is_set():
+                return
+            step()
+
+    def _stop_workers(self) -> None:
+        for lane in self.lanes:
+            if lane.current is not None:
+                stop_group(lane.current)
 
     def close(self) -> None:
-        """Stop the worker started ahead, if any (it never ran a job)."""
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            spare.stop()
+        """Stop the lanes and their workers started ahead (they never ran a job)."""
+        self._stopping.set()
+        self._stop_workers()
+        for lane in self.lanes:
+            if lane.thread is not None:
+                lane.thread.shutdown(wait=True)
+                lane.thread = None
+            spare, lane.spare = lane.spare, None
+            if spare is not None:
+                spare.stop()
 
     def __enter__(self) -> Session:
         return self
@@ -293,7 +387,13 @@ class Session:
         )
 
     def _round(
-        self, arm: Arm, mode: Mode, cases: list[Case], round_index: int, total_rounds: int
+        self,
+        lane: _Lane,
+        arm: Arm,
+        mode: Mode,
+        cases: list[Case],
+        round_index: int,
+        total_rounds: int,
     ) -> None:
         states = self.states[arm.name]
         remaining = list(cases)
@@ -312,21 +412,21 @@ class Session:
             current: str | None = batch[0].id if self.sanitize else None
             progressed = False
             clock: WorkerClock | None = None
-            with contextlib.closing(self._spawn(job)) as events:
+            with contextlib.closing(self._spawn(lane, job)) as events:
                 for event in events:
                     kind = event.get("event")
                     if kind == "hello":
                         first_state = first_state or event.get("gpu_state", {})
                     elif kind == "begin":
                         current = event["case"]
-                        self.progress(
+                        self._progress(
                             Progress(
                                 mode, arm.name, round_index, total_rounds, current, done, len(cases)
                             )
                         )
                     elif kind == "result":
                         cid = event["case"]
-                        self._record(states[cid], mode, event)
+                        self._record(states[cid], mode, event, lane.label)
                         remaining = [c for c in remaining if c.id != cid]
                         progressed, done = True, done + 1
                         current = cid if self.sanitize else None
@@ -362,13 +462,13 @@ class Session:
                         done += 1
                         progressed = True
                         break
-            spawned, ended = self._span
+            spawned, ended = lane.span
             if spans is not None and clock is not None and ended is not None:
                 spans.append((spawned, clock, ended))
             else:
                 spans = None
-            if self._strays:
-                strays, self._strays = self._strays, []
+            if lane.strays:
+                strays, lane.strays = lane.strays, []
                 raise InfraError(
                     f"the {arm.name}'s code left {strays_text(strays)} running outside "
                     "its worker's process group: killed"
@@ -378,23 +478,32 @@ class Session:
                 for c in remaining:
                     self._fail(states[c.id], CRASHED, "worker exited before running any case", "")
                 break
-        self.progress(
+        self._progress(
             Progress(mode, arm.name, round_index, total_rounds, "", len(cases), len(cases))
         )
-        self.round_infos[arm.name].append(
-            RoundInfo(
-                index=round_index,
-                arm=arm.name,
-                started=started,
-                duration_s=round(time.monotonic() - t0, 3),
-                order=tuple(c.id for c in cases),
-                gpu_state={"start": first_state, "end": last_state},
-                throttled=guard_env.is_throttled(first_state) or guard_env.is_throttled(last_state),
-                phases=round_phases(spans) if spans else None,
-            )
+        info = RoundInfo(
+            index=round_index,
+            arm=arm.name,
+            started=started,
+            duration_s=round(time.monotonic() - t0, 3),
+            order=tuple(c.id for c in cases),
+            gpu_state={"start": first_state, "end": last_state},
+            throttled=guard_env.is_throttled(first_state) or guard_env.is_throttled(last_state),
+            phases=round_phases(spans) if spans else None,
+            gpu=lane.label,
         )
+        with self._lock:
+            self.round_infos[arm.name].append(info)
 
-    def _record(self, state: _CaseState, mode: str, event: Event) -> None:
+    def _progress(self, event: Progress) -> None:
+        with self._lock:  # one lane's line at a time
+            self.progress(event)
+
+    def _record(self, state: _CaseState, mode: str, event: Event, lane: str = "") -> None:
+        with self._lock:
+            self._record_unlocked(state, mode, event, lane)
+
+    def _record_unlocked(self, state: _CaseState, mode: str, event: Event, lane: str) -> None:
         status = _status(event.get("status", CRASHED))
         if mode == "check":
             corr = event.get("correctness")
@@ -414,11 +523,12 @@ class Session:
         state.host_rounds.append(tuple(float(x) for x in event.get("host", [])))
         state.method = event.get("method", "")
         state.calls.append(int(event.get("calls", 1)))
+        state.round_gpus.append(lane)
 
-    @staticmethod
-    def _fail(state: _CaseState, status: CaseStatus, reason: str, output: str) -> None:
-        if state.status == OK:  # keep the first failure
-            state.status, state.reason, state.output = status, reason, output
+    def _fail(self, state: _CaseState, status: CaseStatus, reason: str, output: str) -> None:
+        with self._lock:
+            if state.status == OK:  # keep the first failure
+                state.status, state.reason, state.output = status, reason, output
 
     def _sanitizer(self) -> list[str]:
         """``compute-sanitizer`` memcheck around the worker (opt-in: 10-100x slower)."""
@@ -439,25 +549,28 @@ class Session:
             "20",
         ]
 
-    def _spawn(self, job: WorkerJob) -> Generator[Event, None, None]:
+    def _spawn(self, lane: _Lane, job: WorkerJob) -> Generator[Event, None, None]:
         """Start a worker and yield its events; synthesize exit/timeout events.
 
         The worker's process group is killed when the worker ends (its kernels' children
         go with it) and when this generator is closed for any reason. Its stdin stays
         open until then: end of file there tells its watchdog the guard is gone. What
-        left the group is killed then too, and kept in ``self._strays``.
+        left the group is killed then too, and kept in the lane's ``strays``.
         """
         env = child_env()
+        if lane.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = lane.gpu
         if self.sanitize:  # memcheck sees cudaMalloc bounds, not torch's sub-allocations
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
         command = [*self._sanitizer(), self.python, "-m", "guard.measure.worker"]
         with subreaper():  # from the start: a daemon's double fork may come at import
-            yield from self._worker_events(job, command, env)
+            yield from self._worker_events(lane, job, command, env)
 
-    def _take_spare(self, command: list[str], env: dict[str, str]) -> _Started | None:
-        """The worker started ahead, if it was started for this command and environment
-        and is still waiting (one that died waiting is stopped: a fresh one starts)."""
-        spare, self._spare = self._spare, None
+    def _take_spare(self, lane: _Lane, command: list[str], env: dict[str, str]) -> _Started | None:
+        """The lane's worker started ahead, if it was started for this command and
+        environment and is still waiting (one that died waiting is stopped: a fresh one
+        starts)."""
+        spare, lane.spare = lane.spare, None
         if spare is None:
             return None
         if spare.command == command and spare.env == env and spare.proc.poll() is None:
@@ -466,12 +579,13 @@ class Session:
         return None
 
     def _worker_events(
-        self, job: WorkerJob, command: list[str], env: dict[str, str]
+        self, lane: _Lane, job: WorkerJob, command: list[str], env: dict[str, str]
     ) -> Generator[Event, None, None]:
-        spare = self._take_spare(command, env)
-        self._span = (time.monotonic(), None)  # a spare's time begins with its job
+        spare = self._take_spare(lane, command, env)
+        lane.span = (time.monotonic(), None)  # a spare's time begins with its job
         started = spare or _Started.start(command, env)
         proc, log = started.proc, started.log
+        lane.current = proc
         try:
             lines: queue.Queue[str | None] = queue.Queue()
 
@@ -488,10 +602,10 @@ class Session:
                 proc.stdin.flush()
             except (BrokenPipeError, OSError):
                 pass
-            if self.prestart and self._spare is None:
+            if self.prestart and lane.spare is None and not self._stopping.is_set():
                 # The next worker imports while this one runs (the same thread starts
                 # both: the death signal follows the thread that started a worker).
-                self._spare = _Started.start([*command, PRELOAD_FLAG], env, base=command)
+                lane.spare = _Started.start([*command, PRELOAD_FLAG], env, base=command)
 
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
             finished = False  # the worker said "done"
@@ -513,7 +627,7 @@ class Session:
                 if line is None:
                     try:
                         code = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-                        self._span = (self._span[0], time.monotonic())
+                        lane.span = (lane.span[0], time.monotonic())
                     except subprocess.TimeoutExpired:  # stuck on its way out
                         kill_group(proc.pid)
                         code = proc.wait()
@@ -539,8 +653,9 @@ class Session:
                     event["reason"] = f"worker failed: {last}"
                 yield event
         finally:
+            lane.current = None
             stop_group(proc)
-            self._strays += end_strays(proc.pid)
+            lane.strays += end_strays(proc.pid)
 
 
 @dataclass

@@ -13,6 +13,10 @@ Format changes (bump ``SCHEMA_VERSION`` and add ``migrate_to_N`` for each):
      Since then, each round may carry ``phases`` (``RoundPhases``: where its worker's time
      went); optional, so files without it, older or not, read as ``phases=None`` and an
      older guard ignores it (no new version: nothing a reader relied on changed).
+     Likewise optional: each round's ``gpu`` and each case's ``round_gpus`` (the GPU of
+     each of its rounds, where a run spread its rounds over several GPUs); absent reads
+     as one GPU. An older guard ignores them and decides without removing each GPU's
+     offset: a wider interval, never a biased one.
 
 Readers migrate older files and refuse newer ones; every field is validated on
 load and a failure raises ``BadInput`` naming the file and the field; only a regular
@@ -108,6 +112,8 @@ class CaseResult:
     method: str = ""  # "cuda-graph", "cuda-events", "cpu-timer"
     calls_per_sample: tuple[int, ...] = ()
     worker_output: str = ""  # tail of the worker's output when it failed
+    # The GPU each round ran on, parallel to ``rounds`` (() : all on one GPU).
+    round_gpus: tuple[str, ...] = ()
 
     @property
     def id(self) -> str:
@@ -225,6 +231,7 @@ class RoundInfo:
     gpu_state: dict[str, Any] = field(default_factory=dict)
     throttled: bool = False
     phases: RoundPhases | None = None  # None: not recorded (older files, crashed workers)
+    gpu: str = ""  # the GPU of a run spread over several ("": one)
 
 
 @dataclass(frozen=True)
@@ -299,12 +306,15 @@ def _case_record(r: CaseResult) -> dict[str, Any]:
         "method": r.method,
         "calls_per_sample": list(r.calls_per_sample),
         "worker_output": r.worker_output,
+        **({"round_gpus": list(r.round_gpus)} if r.round_gpus else {}),
     }
 
 
 def _round_record(r: RoundInfo) -> dict[str, Any]:
     record = {**r.__dict__, "order": list(r.order)}
     del record["phases"]
+    if not r.gpu:  # absent on one GPU: files as before
+        del record["gpu"]
     if r.phases is not None:  # absent, not null: rounds without it read as before
         record["phases"] = r.phases.to_json()
     return record
@@ -563,7 +573,15 @@ def _case_from(reader: _Reader, rec: Any, where: str) -> CaseResult:
         method=reader.get(rec, "method", where, str, ""),
         calls_per_sample=tuple(int(x) for x in cps if isinstance(x, int)),
         worker_output=reader.get(rec, "worker_output", where, str, ""),
+        round_gpus=_round_gpus(reader, rec, where, len(rounds)),
     )
+
+
+def _round_gpus(reader: _Reader, rec: Any, where: str, n_rounds: int) -> tuple[str, ...]:
+    gpus = reader.get(rec, "round_gpus", where, list, [])
+    if gpus and (len(gpus) != n_rounds or not all(isinstance(g, str) for g in gpus)):
+        raise reader.fail(f"{where}.round_gpus", f"must be {n_rounds} strings, one per round")
+    return tuple(gpus)
 
 
 _ENV_STR = (
@@ -751,6 +769,7 @@ def from_json(data: Any, source: str) -> RunResult:
                 gpu_state=reader.get(r, "gpu_state", w, dict, {}),
                 throttled=reader.get(r, "throttled", w, bool, False),
                 phases=_phases_from(reader, reader.get(r, "phases", w, dict, {}), f"{w}.phases"),
+                gpu=reader.get(r, "gpu", w, str, ""),
             )
         )
     return RunResult(
