@@ -116,12 +116,14 @@ if (( gpu_count >= 4 )); then
     echo "    warm-up $name: exit $?"
   }
   warm 0 default "$SUITE" triton_flash gluon_flash cuda_flash flash_attention &
-  warm 1 full-triton suites/full-proof.yaml triton_flash &
-  warm 2 full-gluon suites/full-proof.yaml gluon_flash flash_attention &
-  warm 3 full-cuda suites/full-proof.yaml cuda_flash &
+  skip b || warm 1 full-triton suites/full-proof.yaml triton_flash &
+  skip b || warm 2 full-gluon suites/full-proof.yaml gluon_flash flash_attention &
+  skip b || warm 3 full-cuda suites/full-proof.yaml cuda_flash &
   # The compiler-resource notes' compiles (CPU only, cached by source), as a runner
   # that has run the check before holds them.
-  for s in "$SUITE" suites/full-proof.yaml; do
+  suites=("$SUITE")
+  skip b || suites+=(suites/full-proof.yaml)
+  for s in "${suites[@]}"; do
     timeout 300 python3 -m guard.measure.resources --suite "$s" --arch sm_90 \
       --out "$LOGS/warm-resources-$(basename "$s" .yaml).json" > /dev/null 2>&1 &
   done
