@@ -402,7 +402,7 @@ class Session:
         last_state: dict[str, Any] = {}
         done = 0
         spans: list[tuple[float, WorkerClock, float]] | None = []  # None: one did not finish
-        while remaining:
+        while remaining and not self._stopping.is_set():  # a lane failed, or closing
             # Under compute-sanitizer a finding surfaces only as the worker's exit code,
             # so each case gets a worker of its own and the finding lands on that case.
             batch = remaining[:1] if self.sanitize else remaining
