@@ -81,6 +81,23 @@ def test_each_lane_alternates_which_arm_goes_first(tiny_suite, tmp_path):
     }
 
 
+def test_the_comparison_says_the_rounds_were_dealt_over_gpus(tiny_suite, tmp_path):
+    from guard.decide.compare import compare_runs
+
+    with _session(tiny_suite, gpus=(None, None)) as session:
+        session.check()
+        session.time(4)
+        res = session.results()
+    notes = compare_runs(res["baseline"], res["candidate"], paired=True).notes
+    assert any(n.startswith("timing rounds dealt over 2 GPUs (0, 1)") for n in notes), notes
+    with _session(tiny_suite) as session:
+        session.check()
+        session.time(2)
+        res = session.results()
+    notes = compare_runs(res["baseline"], res["candidate"], paired=True).notes
+    assert not any("dealt over" in n for n in notes)
+
+
 def test_a_run_on_one_lane_records_no_gpu(tiny_suite, tmp_path):
     with _session(tiny_suite) as session:
         session.check()
@@ -115,8 +132,7 @@ def _two_gpu_rounds(rng, ratio: float, offset: float, n: int = 6):
 
     def arm(scale: float) -> list[list[float]]:
         return [
-            [scale * (1 + offset * (g == "1")) * float(np.exp(rng.normal(0, noise)))]
-            for g in gpus
+            [scale * (1 + offset * (g == "1")) * float(np.exp(rng.normal(0, noise)))] for g in gpus
         ]
 
     return arm(1.0), arm(ratio), gpus

@@ -532,6 +532,12 @@ def compare_runs(
         notes.append(f"{throttled} candidate round(s) ran while the GPU was throttled")
     if phases := phases_summary(candidate.rounds):  # what bounds sharding over GPUs
         notes.append(phases)
+    gpus = sorted({r.gpu for r in candidate.rounds if r.gpu and r.index > 0})
+    if len(gpus) > 1:
+        notes.append(
+            f"timing rounds dealt over {len(gpus)} GPUs ({', '.join(gpus)}), both arms of a "
+            "round on one; each GPU's offset is taken out of every interval"
+        )
     return Comparison(
         baseline=baseline,
         candidate=candidate,
