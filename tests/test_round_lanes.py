@@ -14,9 +14,10 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, TESTS
 
 from guard.base import stats
+from guard.base.errors import InfraError
 from guard.measure import proc
 from guard.measure.runner import Arm, Session
 from guard.store import results
@@ -123,6 +124,30 @@ def test_round_gpus_survive_a_write_and_a_read_and_a_mismatch_is_refused(tiny_su
     data["guard"]["cases"][0]["round_gpus"] = ["0"]  # two rounds, one GPU named
     with pytest.raises(results.BadInput, match=r"cases\[0\]\.round_gpus"):
         results.from_json(data, "bad.json")
+
+
+def test_a_failing_lane_stops_the_session_and_nothing_outlives_it(
+    tiny_suite, tmp_path, monkeypatch
+):
+    # Each arm's kernels start a daemon at import (a double fork out of the worker's
+    # group and session): the lane that finds it fails the session (exit 3), the other
+    # lane stops, and no worker, spare or daemon is left.
+    from test_isolation import _survivors
+
+    record = tmp_path / "daemon.txt"
+    monkeypatch.setenv("FAULT_DAEMON_FILE", str(record))
+    session = _session(
+        tiny_suite, gpus=(None, None), prestart=True, fault_modules=("fault_kernels",),
+        sys_path=(str(TESTS),),
+    )  # fmt: skip
+    with pytest.raises(InfraError, match="running outside its worker's process group"), session:
+        session.check()
+        session.time(2)
+    rows = [line.split() for line in record.read_text().splitlines()]
+    assert rows, "no daemon started"
+    assert not _survivors({int(r[1]) for r in rows})
+    assert not proc._RUNNING
+    assert all(lane.spare is None and lane.current is None for lane in session.lanes)
 
 
 def _two_gpu_rounds(rng, ratio: float, offset: float, n: int = 6):
