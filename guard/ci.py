@@ -615,6 +615,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.shard and args.gpus:
         print("[perf-guard] error: --gpus and --shard: give one", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
+    if args.gpu_split != "rounds" and not args.gpus:
+        print("[perf-guard] error: --gpu-split: only with --gpus", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
     try:
         pr_number = check_setup(args)
     except GuardError as exc:  # before measuring: nothing to publish, one line

@@ -146,6 +146,21 @@ def tiny_suite(tmp_path: Path) -> Path:
     return path
 
 
+def two_arm_session(suite_path: Path, **kw: object):  # -> guard.measure.runner.Session
+    """A CPU session of the suite at ``suite_path`` with two arms, both this tree's
+    kernels (the runner's mechanics, not a comparison), seeded."""
+    from guard.measure.runner import Arm, Session
+    from guard.store.suite import load_suite
+
+    return Session(
+        load_suite(suite_path),
+        device="cpu",
+        arms=(Arm("baseline", str(ROOT)), Arm("candidate", str(ROOT))),
+        seed=11,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
 def fault_suite(
     tmp_path: Path,
     kernels: list[str],

@@ -14,15 +14,14 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, TESTS
+from conftest import TESTS, two_arm_session
 
 from guard.base import stats
 from guard.base.errors import InfraError
 from guard.measure import proc
-from guard.measure.runner import Arm, Session
+from guard.measure.runner import Progress, Session
 from guard.store import results
 from guard.store.results import OK
-from guard.store.suite import load_suite
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="process groups and /proc are Linux's"
@@ -30,13 +29,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _session(tiny_suite, **kw) -> Session:
-    return Session(
-        load_suite(tiny_suite),
-        device="cpu",
-        arms=(Arm("baseline", str(ROOT)), Arm("candidate", str(ROOT))),
-        seed=5,
-        **kw,
-    )
+    return two_arm_session(tiny_suite, **kw)
 
 
 def test_rounds_are_dealt_round_robin_both_arms_of_a_round_on_one_lane(tiny_suite, tmp_path):
@@ -63,19 +56,22 @@ def test_rounds_are_dealt_round_robin_both_arms_of_a_round_on_one_lane(tiny_suit
 
 
 def test_each_lane_alternates_which_arm_goes_first(tiny_suite, tmp_path):
-    with _session(tiny_suite, gpus=(None, None)) as session:
+    # Which arm of a round went first: the first progress event of that round (the two
+    # arms of a round run one after the other on their lane).
+    first_arm: dict[int, str] = {}
+
+    def progress(event: Progress) -> None:
+        if event.phase == "time":
+            first_arm.setdefault(event.round, event.arm)
+
+    with _session(tiny_suite, gpus=(None, None), progress=progress) as session:
         session.check()
         session.time(8)
         res = session.results()
+    lane_of = {r.index: r.gpu for r in res["baseline"].rounds if r.index > 0}
     first: dict[str, list[str]] = collections.defaultdict(list)
-    by_round = collections.defaultdict(list)
-    for arm in ("baseline", "candidate"):
-        for r in res[arm].rounds:
-            if r.index > 0:
-                by_round[r.index].append(r)
-    for index in sorted(by_round):
-        pair = sorted(by_round[index], key=lambda r: r.started)
-        first[pair[0].gpu].append(pair[0].arm)
+    for index in sorted(lane_of):
+        first[lane_of[index]].append(first_arm[index])
     assert first == {
         "0": ["baseline", "candidate", "baseline", "candidate"],
         "1": ["baseline", "candidate", "baseline", "candidate"],
@@ -193,3 +189,10 @@ def test_strata_that_cannot_be_taken_out_leave_the_interval_as_it_was(strata):
         base, cand, confidence=0.99, rng=np.random.default_rng(1), strata=strata
     )
     assert same == plain
+
+
+def test_the_pr_check_refuses_a_gpu_split_without_gpus(capsys):
+    from guard import ci
+
+    assert ci.main(["--device", "cpu", "--gpu-split", "cases"]) == 2
+    assert "--gpu-split: only with --gpus" in capsys.readouterr().err

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, two_arm_session
 
 from guard.measure import proc
 from guard.measure.protocol import PRELOAD_FLAG, WorkerClock
@@ -59,18 +59,8 @@ def test_a_preloading_worker_imports_torch_and_the_guard_but_no_kernels_before_i
     assert _preloaded_modules(False) == []
 
 
-def _two_arm_session(tiny_suite, tmp_path, **kw) -> Session:
-    return Session(
-        load_suite(tiny_suite),
-        device="cpu",
-        arms=(Arm("baseline", str(ROOT)), Arm("candidate", str(ROOT))),
-        seed=11,
-        **kw,
-    )
-
-
 def test_every_worker_but_the_sessions_first_is_started_ahead(tiny_suite, tmp_path):
-    with _two_arm_session(tiny_suite, tmp_path, prestart=True) as session:
+    with two_arm_session(tiny_suite, prestart=True) as session:
         session.check()
         spare = session.lanes[0].spare  # waits across calls: the timing rounds' first takes it
         assert spare is not None and spare.proc.poll() is None
@@ -103,14 +93,14 @@ def test_every_worker_but_the_sessions_first_is_started_ahead(tiny_suite, tmp_pa
 def test_no_worker_is_started_ahead_on_a_cpu_or_under_compute_sanitizer(tiny_suite, tmp_path):
     assert not Session(load_suite(tiny_suite), device="cpu").prestart
     assert not Session(load_suite(tiny_suite), device="cpu", prestart=True, sanitize=True).prestart
-    session = _two_arm_session(tiny_suite, tmp_path)
+    session = two_arm_session(tiny_suite)
     session.check()
     assert all(r.phases and r.phases.prestarted == 0 for r in session.results()["candidate"].rounds)
 
 
 @pytest.mark.parametrize("how", ["died", "other command"])
 def test_a_spare_that_cannot_serve_is_stopped_and_a_fresh_worker_runs(tiny_suite, tmp_path, how):
-    session = _two_arm_session(tiny_suite, tmp_path, prestart=True)
+    session = two_arm_session(tiny_suite, prestart=True)
     command = [session.python, "-m", "guard.measure.worker"]
     env = proc.child_env()
     if how == "died":  # exited while waiting for its job

@@ -41,19 +41,21 @@ def _per_round(rounds: tuple[tuple[float, ...], ...]) -> tuple[tuple[float, ...]
 
 def reduced(run: RunResult) -> RunResult:
     """``run`` as a shard carries it: round medians, no compiler records or logs."""
-    cases = tuple(
-        replace(
+
+    def case(c: CaseResult) -> CaseResult:
+        rounds = _per_round(c.rounds)
+        return replace(
             c,
-            rounds=_per_round(c.rounds),
+            rounds=rounds,
             host_rounds=_per_round(c.host_rounds),
             # Each round's GPU stays beside its round (dropped if an empty round went).
-            round_gpus=c.round_gpus if len(_per_round(c.rounds)) == len(c.rounds) else (),
+            round_gpus=c.round_gpus if len(rounds) == len(c.rounds) else (),
             resources=(),
             worker_output="",
             calls_per_sample=(),
         )
-        for c in run.cases
-    )
+
+    cases = tuple(case(c) for c in run.cases)
     rounds = tuple(replace(r, gpu_state={}) for r in run.rounds)
     return replace(run, cases=cases, rounds=rounds)
 

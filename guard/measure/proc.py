@@ -193,11 +193,7 @@ def stop_group(proc: subprocess.Popen[Any]) -> None:
     if proc.stdin is not None:
         with contextlib.suppress(OSError):
             proc.stdin.close()
-    deadline = time.monotonic() + STRAY_WAIT_S
-    while any(s.pgrp == proc.pid and s.alive for s in _processes()):
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.02)
+    _wait_group_dead(proc.pid, time.monotonic() + STRAY_WAIT_S)
     forget_group(proc.pid)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)
@@ -343,6 +339,15 @@ def _reap(pid: int) -> bool:
     return done == pid
 
 
+def _wait_group_dead(group: int, deadline: float) -> None:
+    """Until no process of ``group`` is alive (SIGKILL is delivered asynchronously), or
+    ``deadline`` (monotonic)."""
+    while any(s.pgrp == group and s.alive for s in _processes()):
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.02)
+
+
 def end_strays(group: int | None = None, wait_s: float = STRAY_WAIT_S) -> tuple[Stray, ...]:
     """SIGKILL and reap what this process's children left behind; those that were still
     running, for the caller to report (dead ones are reaped silently).
@@ -356,10 +361,7 @@ def end_strays(group: int | None = None, wait_s: float = STRAY_WAIT_S) -> tuple[
     search repeats until no stray is left (each death may orphan more), or ``wait_s``."""
     deadline = time.monotonic() + wait_s
     if group is not None:
-        while any(s.pgrp == group and s.alive for s in _processes()):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
+        _wait_group_dead(group, deadline)
     me, my_sid, my_pgrp = os.getpid(), os.getsid(0), os.getpgrp()
     found: dict[int, Stray] = {}
     while True:

@@ -5,7 +5,6 @@
 #include <map>
 #include <mutex>
 #include <utility>
-#include <vector>
 
 cudaError_t flash_fwd_sm90_fp16_hdim64(const FlashFwdParams& p, cudaStream_t stream);
 cudaError_t flash_fwd_sm90_fp16_hdim128(const FlashFwdParams& p, cudaStream_t stream);
@@ -66,18 +65,13 @@ int* flash_fwd_sm90_tile_counter(int device, cudaStream_t stream) {
     cudaGetLastError();  // the error it just set: the static stride instead
     return nullptr;
   }
-  static std::mutex mutex;
-  const std::lock_guard<std::mutex> lock(mutex);
   if (capture == cudaStreamCaptureStatusActive) {
     // A counter of its own for each captured launch, so that graphs replayed on
     // different streams never share one (the guard times causal cases as graph
     // replays). Never freed: the graph may be replayed for the life of the process.
     // One limit: two executable graphs instantiated from one capture share it, and
     // must not be replayed at the same time.
-    static std::vector<int*> captured;
-    int* counter = zeroed_on(stream, allocate_counter());
-    if (counter != nullptr) captured.push_back(counter);
-    return counter;
+    return zeroed_on(stream, allocate_counter());
   }
   if (capture != cudaStreamCaptureStatusNone || cudaStreamGetId(stream, &stream_id) != cudaSuccess) {
     cudaGetLastError();
@@ -86,7 +80,9 @@ int* flash_fwd_sm90_tile_counter(int device, cudaStream_t stream) {
   // Keyed by the stream's id, not its handle: a destroyed stream's handle can come back
   // for a new stream while the old one's work still runs. Never freed: two ints for each
   // stream that ever ran a causal launch, for the life of the process.
+  static std::mutex mutex;
   static std::map<std::pair<int, unsigned long long>, int*> counters;
+  const std::lock_guard<std::mutex> lock(mutex);
   const auto key = std::make_pair(device, stream_id);
   const auto found = counters.find(key);
   if (found != counters.end()) return found->second;
