@@ -115,11 +115,13 @@ def test_a_planted_slowdown_fails_naming_its_case(project):
 
 
 def test_an_unchanged_tree_passes_with_every_case_unchanged(project):
-    # A looser threshold than the default 5%: on a shared two-core machine a round now
-    # and then runs 1.6x slow (another process on its core), so a few rounds cannot rule
-    # out 5% (docs/PYTEST.md has the default threshold's numbers).
+    # On a shared two-core machine a whole round now and then runs 1.6-2.7x slow (another
+    # process on its core; CI once saw one side's median at 2.7x the other's under
+    # median:50%), so the question is asked as a project on such a machine asks it:
+    # ``min`` (each round its fastest sample, each side the fastest half of its rounds:
+    # other work only adds time), with a loose threshold (docs/PYTEST.md).
     code, doc, err = _guard(
-        project, "--threshold", "median:50%", "--pytest", ".", *BENCH_ARGS, rounds=4, max_rounds=8
+        project, "--threshold", "min:50%", "--pytest", ".", *BENCH_ARGS, rounds=4, max_rounds=12
     )
     assert code == 0, err + json.dumps(doc)[:2000]
     assert set(_verdicts(doc).values()) == {"unchanged"}, doc["cases"]
