@@ -64,7 +64,7 @@ CHECKS = [
 ]
 STRIDED = [(2, 4, 2, 333, 333, 128, True, "float16"), (2, 4, 4, 1000, 700, 64, False, "bfloat16")]
 
-TIMES = [
+TABLE = [
     (1, 16, 16, 1024, 1024, 64, False, "float16"),
     (4, 16, 16, 1024, 1024, 64, True, "float16"),
     (2, 8, 8, 2048, 2048, 128, False, "float16"),
@@ -75,6 +75,20 @@ TIMES = [
     (1, 32, 8, 8192, 8192, 128, True, "bfloat16"),
     (1, 16, 16, 16384, 16384, 128, True, "bfloat16"),
 ]
+# The shapes the Gluon kernel's goals name beside the table's: head_dim 64 with many
+# batches and heads, odd and long head_dim-128 lengths, the headline throughput shapes.
+GOALS = [
+    (16, 16, 16, 512, 512, 64, False, "float16"),
+    (4, 16, 16, 2048, 2048, 64, False, "bfloat16"),
+    (8, 32, 32, 1024, 1024, 64, True, "bfloat16"),
+    (2, 16, 16, 4097, 4097, 128, False, "bfloat16"),
+    (1, 32, 4, 16384, 16384, 128, False, "bfloat16"),
+    (4, 32, 32, 4096, 4096, 128, False, "float16"),
+    (1, 16, 16, 16384, 16384, 128, False, "float16"),
+]
+SHAPE_SETS = {"table": TABLE, "goals": GOALS, "all": TABLE + [c for c in GOALS if c not in TABLE]}
+SHAPES_ENV = "BENCH_GLUON_SHAPES"  # the workers (subprocesses) read the set from here
+TIMES = SHAPE_SETS[os.environ.get(SHAPES_ENV, "table")]
 
 # In order of need: the baseline, then the kernel under test, its fallback, the rest.
 PROVIDERS = [
@@ -519,7 +533,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=15, help="rounds of the paired phase")
     parser.add_argument("--worker", default=None)
+    parser.add_argument(
+        "--shapes",
+        choices=sorted(SHAPE_SETS),
+        default=None,
+        help="timed shapes: the PERFORMANCE.md table (default), the goals' shapes, or all",
+    )
     args = parser.parse_args(argv)
+    if args.shapes:
+        global TIMES
+        os.environ[SHAPES_ENV] = args.shapes
+        TIMES = SHAPE_SETS[args.shapes]
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
     if args.worker == "paired":

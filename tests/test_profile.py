@@ -450,3 +450,23 @@ def test_target_without_gpu_says_so():
     assert proc.stdout == ""
     last = proc.stderr.strip().splitlines()[-1]
     assert last == "guard.measure.profile_target: torch sees no CUDA GPU"
+
+
+@posix_only
+def test_head_case_runs_in_the_head_arm(tmp_path, monkeypatch):
+    """Two kernels on one shape: the base arm profiles ``case``, the head arm ``head_case``
+    (SDPA against a kernel of this tree), and the answer keeps ``case``'s id."""
+    args_file = tmp_path / "args"
+    bin_dir = _fake_ncu(
+        tmp_path,
+        f'printf "%s\\n" "$@" >> {shlex.quote(str(args_file))}\n'
+        f"cat {shlex.quote(str(HEAD_CSV))}\n",
+    )
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    base_case = make_case("b4-h16-s2048-d64-full", kernel="sdpa")
+    head_case = make_case("b4-h16-s2048-d64-full", kernel="cuda_flash")
+    pc = profile_case(base_case, *_trees(tmp_path), head_case=head_case)
+    assert not pc.skipped, pc.skipped_reason
+    assert pc.case_id == base_case.id
+    cases = [json.loads(a) for a in args_file.read_text().splitlines() if a.startswith("{")]
+    assert [c["kernel"] for c in cases] == ["sdpa", "cuda_flash"]

@@ -366,8 +366,12 @@ def profile_case(
     budget_s: float = 60.0,
     ncu: str | None = None,
     seed: int = 0,
+    head_case: Case | None = None,
 ) -> ProfileComparison:
     """Profile one launch of ``case`` in ``base_tree`` and in ``head_tree`` under ncu.
+
+    ``head_case``: the head arm runs this case instead (two kernels on one shape, e.g.
+    SDPA as the base and a kernel of this tree as the head); the answer keeps ``case``'s id.
 
     ``ncu``: the executable; None looks for ``ncu`` on PATH. ``budget_s`` caps the wall
     time of both runs together (base: half of it; head: what is left). Never raises for
@@ -381,7 +385,7 @@ def profile_case(
     try:
         base = _profile_arm(exe, case, base_tree, seed, budget_s / 2, "base", budget_s)
         left = budget_s - (time.monotonic() - start)
-        head = _profile_arm(exe, case, head_tree, seed, left, "head", budget_s)
+        head = _profile_arm(exe, head_case or case, head_tree, seed, left, "head", budget_s)
     except _Skip as skip:
         return ProfileComparison(case.id, None, None, str(skip))
     return ProfileComparison(case.id, base, head)
