@@ -103,10 +103,6 @@
 #ifndef FLASH_SM90_STAGES
 #define FLASH_SM90_STAGES 2
 #endif
-// Independent chains per row for the softmax's max and sum (1: one chain, in column order).
-#ifndef FLASH_SM90_REDUCE_CHAINS
-#define FLASH_SM90_REDUCE_CHAINS 1
-#endif
 // K/V ring depth per head_dim. Head_dim 64's smaller tiles leave room for a third stage,
 // which pays since causal tiles are handed out on demand and Q has two buffers (H100,
 // ratio to cuDNN: (8,32,1024,64) causal 1.07x -> 0.97x, (4,16,2048,64) 1.07x -> 1.05x).
@@ -344,27 +340,6 @@ CUTLASS_DEVICE float quad_sum(float x) {
 }
 
 // ---- online softmax over a warpgroup's 64 rows (each thread holds kRows of them) -----
-// A row's max and sum over a thread's columns run as kChains independent chains, folded
-// at the end: one chain of 32-48 dependent fmax/fadd is latency the other warpgroup's
-// matrix products must cover (ncu: "wait" stalls).
-template <int kChains>
-struct RowChains {
-  static_assert(kChains >= 1, "FLASH_SM90_REDUCE_CHAINS must be at least 1");
-  float part[kChains];
-  CUTLASS_DEVICE explicit RowChains(float init, float fill) {
-    part[0] = init;
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 1; i < kChains; ++i) part[i] = fill;
-  }
-  template <typename Op>
-  CUTLASS_DEVICE float fold(Op op) const {
-    float x = part[0];
-    CUTLASS_PRAGMA_UNROLL
-    for (int i = 1; i < kChains; ++i) x = op(x, part[i]);
-    return x;
-  }
-};
-
 template <int kRows>
 struct Softmax {
   static constexpr int kRowsPerThread = kRows;
@@ -378,12 +353,9 @@ struct Softmax {
     static_assert(decltype(size<0>(s))::value == kRows);
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kRows; ++r) {
-      constexpr int kCols = decltype(size<1>(s))::value;
-      constexpr int kChains = FLASH_SM90_REDUCE_CHAINS < kCols ? FLASH_SM90_REDUCE_CHAINS : kCols;
-      RowChains<kChains> chains(kFirst ? -INFINITY : row_max[r], -INFINITY);
+      float m = kFirst ? -INFINITY : row_max[r];
       CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < kCols; ++c) chains.part[c % kChains] = fmaxf(chains.part[c % kChains], s(r, c));
-      float m = chains.fold([](float a, float b) { return fmaxf(a, b); });
+      for (int c = 0; c < size<1>(s); ++c) m = fmaxf(m, s(r, c));
       m = quad_max(m);
       if constexpr (kFirst) {
         rescale[r] = 1.f;
@@ -404,15 +376,13 @@ struct Softmax {
     CUTLASS_PRAGMA_UNROLL
     for (int r = 0; r < kRows; ++r) {
       const float shift = row_max[r] == -INFINITY ? 0.f : row_max[r] * scale_log2;
-      constexpr int kCols = decltype(size<1>(s))::value;
-      constexpr int kChains = FLASH_SM90_REDUCE_CHAINS < kCols ? FLASH_SM90_REDUCE_CHAINS : kCols;
-      RowChains<kChains> chains(kFirst ? 0.f : row_sum[r], 0.f);
+      float sum = kFirst ? 0.f : row_sum[r];
       CUTLASS_PRAGMA_UNROLL
-      for (int c = 0; c < kCols; ++c) {
+      for (int c = 0; c < size<1>(s); ++c) {
         s(r, c) = exp2f(s(r, c) * scale_log2 - shift);
-        chains.part[c % kChains] += s(r, c);
+        sum += s(r, c);
       }
-      row_sum[r] = chains.fold([](float a, float b) { return a + b; });
+      row_sum[r] = sum;
     }
   }
 
