@@ -588,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.paired:
         cmd = [sys.executable, __file__, "--out", str(args.out), "--worker", "paired",
                "--paired", args.paired, "--rounds", str(args.rounds)]  # fmt: skip
-        steps.append((cmd, 120, {}))
+        steps.append((cmd, math.inf, {}))  # whatever the budget leaves
     for cmd, limit, env in steps:
         left = deadline - time.time()
         if left < 10:

@@ -18,7 +18,8 @@ The paths, by the kernel that runs them:
   the tile; ``ATTN_TRITON_WS=0`` turns it off), ``autotune`` (``ATTN_TRITON_AUTOTUNE=1``:
   over ``CONFIGS``), ``interpret`` (``TRITON_INTERPRET=1``: one small config).
 - ``gluon`` (``kernels/gluon_flash_fwd.py``, sm_90 only): one of ``VARIANTS`` with
-  ``gluon_config``'s tiles; ``FASTER`` names the variant per (head_dim, causal).
+  ``gluon_config``'s tiles; ``FASTER`` names the variant per (head_dim, causal), and
+  ``FASTER_FROM`` another one from a larger seq_q * seq_k up.
 
 What each caller asks for (``kernel``):
 
@@ -26,8 +27,8 @@ What each caller asks for (``kernel``):
   sm_90 where ``FASTER`` says it was measured faster (``ATTN_GLUON=0``: never), else the
   Triton kernel's path.
 - ``"triton"`` (registry name ``triton_flash``): the Triton kernel everywhere.
-- ``"gluon"`` (registry name ``gluon_flash``): the Gluon kernel with ``FASTER``'s variant
-  for (head_dim, causal) at any length; ``Unsupported`` where it cannot run.
+- ``"gluon"`` (registry name ``gluon_flash``): the Gluon kernel at any length, with the
+  variant ``faster_variant`` names; ``Unsupported`` where it cannot run.
 """
 
 from __future__ import annotations
@@ -241,7 +242,14 @@ def pinned(
 # The Gluon kernel's configs
 # ----------------------------------------------------------------------------------------
 
-VARIANTS = ("ws", "ws-pingpong", "ws-persistent", "simple", "simple-overlap")
+VARIANTS = (
+    "ws",
+    "ws-pingpong",
+    "ws-persistent",
+    "ws-persistent-pingpong",
+    "simple",
+    "simple-overlap",
+)
 
 
 def gluon_config(
@@ -265,7 +273,7 @@ def gluon_config(
             # hd 128, 3 stages (224 KB): 0.939 vs 1.038 ms at 4x32x4096 causal, 1.776 vs
             # 1.794 full (H200); 2 stages were the first working choice. The persistent
             # kernel's own O buffers (32 KB) leave room for two.
-            "STAGES": (2 if variant == "ws-persistent" else 3) if head_dim == 128 else 4,
+            "STAGES": (2 if variant.startswith("ws-persistent") else 3) if head_dim == 128 else 4,
             "num_warps": 4,
             "CONSUMER_REGS": 232,
             "PRODUCER_REGS": 24,
@@ -301,22 +309,46 @@ def gluon_config(
 # 25 interleaved rounds (docs/data/gluon-h100/persistent/): 0.972x [0.963, 0.981] at
 # (2,8,2048,128) and 0.970x [0.962, 0.978] at (4,32,4096,128), where the per-tile grid
 # measured 1.009x and 1.001x in the same rounds.
+# hd 128 causal: the persistent kernel (tiles of L2-sized head groups, heaviest first),
+# H100 2026-11-27, side by side with cuDNN in 8 interleaved rounds
+# (docs/data/h100-2026-11-27/gluon-persistent-causal-1346.txt): 0.847x at (2,8,2048,128)
+# and 0.930x at (4,32,4096,128), where the per-tile grid measured 0.935x and 0.982x;
+# from 8192^2 (FASTER_FROM) the per-tile grid again, whose hardware block scheduler
+# balances row blocks of 1 to 128 key tiles better than a static dealing: 0.916x vs
+# 0.947x at (1,32,8,8192,128) GQA, 0.863x vs 1.037x at (1,16,16,16384,128).
 FASTER: dict[tuple[int, bool], tuple[int, str, dict[str, int]]] = {
     (128, False): (2048 * 2048, "ws-persistent", {}),
-    (128, True): (2048 * 2048, "ws", {}),
+    (128, True): (2048 * 2048, "ws-persistent", {}),
     (64, False): (1024 * 1024, "simple", {}),
     (64, True): (1024 * 1024, "simple-overlap", {"BLOCK_N": 64}),
 }
+# From a larger seq_q * seq_k up, another variant than FASTER's (the last that applies).
+# hd 64 non-causal from 2048^2: the persistent kernel with the scheduler barrier, H100
+# 2026-11-27 (docs/data/h100-2026-11-27/gluon-persistent-causal-1346.txt, 8 rounds):
+# 1.069x cuDNN at (4,16,16,2048,64) bf16 where the plain one-warpgroup kernel measured
+# 1.116x (1.063x vs 1.107x in the run before), but 0.955x vs 0.911x at (1,16,16,1024,64).
+FASTER_FROM: dict[tuple[int, bool], tuple[tuple[int, str, dict[str, int]], ...]] = {
+    (128, True): ((8192 * 8192, "ws", {}),),
+    (64, False): ((2048 * 2048, "ws-persistent-pingpong", {}),),
+}
+
+
+def faster_variant(
+    head_dim: int, causal: bool, seq_q: int, seq_k: int
+) -> tuple[str, dict[str, int]]:
+    """The Gluon variant and config overrides for (head_dim, causal) at these lengths:
+    FASTER's, or FASTER_FROM's last tier whose product seq_q * seq_k reaches."""
+    _, variant, overrides = FASTER[(head_dim, causal)]
+    for smallest, tier_variant, tier_overrides in FASTER_FROM.get((head_dim, causal), ()):
+        if seq_q * seq_k >= smallest:
+            variant, overrides = tier_variant, tier_overrides
+    return variant, overrides
 
 
 def gluon_choice(head_dim: int, causal: bool, variant: str, overrides: Mapping[str, int]) -> Choice:
     """The Gluon kernel's ``Choice`` for an explicit variant (ValueError for a bad one)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    if variant == "ws-persistent" and causal:
-        # Causal row blocks differ in length: the per-tile grid (heaviest first) balances
-        # them, a static round-robin would not. Before the config: ws's, all of it.
-        variant = "ws"
     cfg = gluon_config(head_dim, causal, variant, **overrides)
     return Choice(
         path=GLUON,
@@ -372,8 +404,7 @@ def choose(
         reason = _gluon_unsupported(head_dim, seq_q, seq_k, capability, tma_aligned)
         if reason is not None:
             raise Unsupported(reason)
-        _, variant, overrides = FASTER[(head_dim, causal)]
-        return gluon_choice(head_dim, causal, variant, overrides)
+        return gluon_choice(head_dim, causal, *faster_variant(head_dim, causal, seq_q, seq_k))
     if env.interpret:
         return Choice(INTERPRET, "INTERPRET_CONFIG", INTERPRET_CONFIG)
     if env.autotune:
@@ -388,7 +419,7 @@ def choose(
         and seq_q * seq_k >= faster[0]
         and _gluon_unsupported(head_dim, seq_q, seq_k, capability, tma_aligned) is None
     ):
-        return gluon_choice(head_dim, causal, faster[1], faster[2])
+        return gluon_choice(head_dim, causal, *faster_variant(head_dim, causal, seq_q, seq_k))
     ws = WS_PINNED.get(head_dim)
     if (
         ws is not None

@@ -23,9 +23,11 @@ ragged last key tile); whole tiles run unmasked. The output (divided by the row
 sums) goes back through shared memory (the warpgroup's own Q buffer) with a TMA
 store, which clips rows past seq_q.
 
-``_attn_fwd_ws_persistent`` (variant ``ws-persistent``, non-causal only) is the same
-pipeline with one CTA per SM: output tiles dealt round-robin, the ring positions and
-barrier phases running on across tiles, and each consumer releasing its Q buffer
+``_attn_fwd_ws_persistent`` (variant ``ws-persistent``; ``ws-persistent-pingpong`` adds
+the scheduler barrier, its turns running on across tiles) is the same pipeline with one
+CTA per SM: output tiles dealt round-robin (causal: the heaviest row blocks of every
+head first), the ring positions and barrier phases running on across tiles, and each
+consumer releasing its Q buffer
 (``q_empty``) as soon as its last Q·K^T retired, so the producer loads the next
 tile's Q while the consumers finish P·V and store O from their own buffers (the TMA
 store waited on only before the next tile overwrites it). FA3's persistent scheduler
@@ -222,12 +224,14 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0
 
 
 @gluon.jit
-def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_full, it0,  # type: ignore[no-untyped-def]
+def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_full, it0, g0,  # type: ignore[no-untyped-def]
                    WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                    PINGPONG: gl.constexpr):  # fmt: skip
     # One row block's key tiles through the ring, from ring position it0 (a persistent
     # CTA's earlier tiles used positions 0..it0-1): every Q·K^T and all but the last
-    # P·V. Returns acc, P of the last tile (its P·V still to issue), m and l.
+    # P·V. Returns acc, P of the last tile (its P·V still to issue), m and l. g0: the
+    # scheduler-barrier turns this warpgroup took before (PINGPONG; a persistent CTA's
+    # turns run on across tiles, n_tiles - 1 per tile).
     _, k_ready, v_ready, k_empty, v_empty, sched = bars
     HEAD_DIM: gl.constexpr = q.shape[1]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
@@ -261,7 +265,7 @@ def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_fu
         if PINGPONG:
             # Take turns with the other warpgroup: WG 0 starts (a fresh barrier passes
             # a wait on phase 1), then each waits for the other's previous issue.
-            mbarrier.wait(sched.index(WG), ((j - 1) & 1) ^ (1 - WG))
+            mbarrier.wait(sched.index(WG), ((g0 + j - 1) & 1) ^ (1 - WG))
         mbarrier.wait(k_ready.index(s), ((it0 + j) // STAGES) & 1)
         qk = warpgroup_mma(q, k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
                            zero_qk, use_acc=False, is_async=True)  # fmt: skip
@@ -312,7 +316,7 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n
     mbarrier.wait(bars[0], 0)
     q = q_smem.index(WG).reshape([ROWS, HEAD_DIM])
     acc, p16, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles,
-                                   n_full, 0, WG, CAUSAL, STAGES, PINGPONG)  # fmt: skip
+                                   n_full, 0, 0, WG, CAUSAL, STAGES, PINGPONG)  # fmt: skip
     acc = _last_pv(acc, p16, v_smem, bars, n_tiles - 1, STAGES)
     # This warpgroup's Q buffer is free (its last Q·K^T retired): stage O there.
     _store_out(acc, l_i, q_smem.index(WG), o_desc, b, h, row0, o_layout)
@@ -388,49 +392,68 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # t
 
 
 @gluon.jit
-def _tile_of(t, n_m, heads):  # type: ignore[no-untyped-def]
-    # Persistent tile t -> (row block, head, batch); row blocks vary fastest, so the
-    # CTAs working at one time share a head's K/V in L2, as the per-tile grid does.
-    return t % n_m, (t // n_m) % heads, t // (n_m * heads)
+def _tile_of(t, n_m, heads, batch, group, CAUSAL: gl.constexpr):  # type: ignore[no-untyped-def]
+    # Persistent tile t -> (row block, head, batch). Non-causal: row blocks vary
+    # fastest, so the CTAs working at one time share a head's K/V in L2, as the
+    # per-tile grid does. Causal: (batch, head) pairs in groups of ``group`` whose K
+    # and V fit in half the L2, and within a group the heaviest row blocks (the last)
+    # first, so each group's dealing ends on light tiles (as the CUDA C++ kernel does).
+    if CAUSAL:
+        per_group = group * n_m
+        first = (t // per_group) * group
+        size = gl.minimum(group, heads * batch - first)
+        within = t % per_group
+        bh = first + within % size
+        return n_m - 1 - within // size, bh % heads, bh // heads
+    else:
+        return t % n_m, (t // n_m) % heads, t // (n_m * heads)
 
 
 @gluon.jit
 def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,  # type: ignore[no-untyped-def]
-                         kv_group, n_m, heads, total, n_tiles, STAGES: gl.constexpr):  # fmt: skip
+                         seq_k, kv_group, n_m, heads, batch, group, CAUSAL: gl.constexpr,
+                         STAGES: gl.constexpr):  # fmt: skip
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    it = 0
     ti = 0
-    for t in range(gl.program_id(0), total, gl.num_programs(0)):
-        pid_m, h, b = _tile_of(t, n_m, heads)
+    for t in range(gl.program_id(0), n_m * heads * batch, gl.num_programs(0)):
+        pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
         m0 = pid_m * 2 * ROWS
+        n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
         # Both consumers released their Q buffer (after their last Q·K^T of the
         # previous tile, before its last P·V and store): load this tile's Q.
         mbarrier.wait(q_empty, (ti & 1) ^ 1)
         _load_q(q_desc, q_smem, bars[0], b, h, m0)
-        # Non-causal only: every tile has n_tiles key tiles, so the ring runs on from
-        # position ti * n_tiles.
-        _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, h // kv_group, n_tiles,
-                 ti * n_tiles, STAGES)  # fmt: skip
+        # The ring runs on across tiles: this tile's key tiles from position it.
+        _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, h // kv_group, n_tiles, it, STAGES)
+        it += n_tiles
         ti += 1  # noqa: SIM113 (no enumerate() in a jitted loop)
 
 
 @gluon.jit
 def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale,  # type: ignore[no-untyped-def]
-                         seq_k, n_m, heads, total, n_tiles,
-                         WG: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+                         seq_k, n_m, heads, batch, group, WG: gl.constexpr,
+                         CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                         PINGPONG: gl.constexpr):  # fmt: skip
     HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
-    n_full = _n_full(0, seq_k, BLOCK_N, False)
     it = 0
+    g = 0
     ti = 0
-    for t in range(gl.program_id(0), total, gl.num_programs(0)):
-        pid_m, h, b = _tile_of(t, n_m, heads)
-        row0 = pid_m * 2 * ROWS + WG * ROWS
+    for t in range(gl.program_id(0), n_m * heads * batch, gl.num_programs(0)):
+        pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
+        m0 = pid_m * 2 * ROWS
+        row0 = m0 + WG * ROWS
+        n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
+        n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
         mbarrier.wait(bars[0], ti & 1)
         q = q_smem.index(WG).reshape([ROWS, HEAD_DIM])
         acc, p16, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
-                                       n_tiles, n_full, it, WG, False, STAGES, False)  # fmt: skip
+                                       n_tiles, n_full, it, g, WG, CAUSAL, STAGES,
+                                       PINGPONG)  # fmt: skip
         # Every Q·K^T of this tile retired: the producer may load the next tile's Q
         # while this warpgroup finishes P·V and stores O.
         mbarrier.arrive(q_empty)
@@ -440,19 +463,17 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
         tma.store_wait(0)
         _store_out(acc, l_i, o_smem.index(WG), o_desc, b, h, row0, o_layout, False)
         it += n_tiles
+        g += n_tiles - 1
         ti += 1  # noqa: SIM113 (no enumerate() in a jitted loop)
     tma.store_wait(0)
 
 
 @gluon.jit
 def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, n_m,  # type: ignore[no-untyped-def]
-                            heads, batch, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                            heads, batch, group, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                            PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                             PRODUCER_REGS: gl.constexpr):  # fmt: skip
-    # Non-causal only: every tile has the same key range, so a static round-robin of
-    # tiles over the CTAs (one per SM) balances.
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    n_tiles = _kv_range(0, seq_k, 2 * ROWS, BLOCK_N, False)
-    total = n_m * heads * batch
+    # One CTA per SM, output tiles dealt round-robin (heaviest first when causal).
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
     o_smem = gl.allocate_shared_memory(o_desc.dtype, [2] + o_desc.block_type.shape, o_desc.layout)
     k_smem, v_smem = _kv_buffers(k_desc, v_desc, STAGES)
@@ -461,16 +482,22 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
     mbarrier.init(q_bar, count=1)
     mbarrier.init(q_empty, count=2)  # one arrive per consumer warpgroup and tile
     k_ready, v_ready, k_empty, v_empty = _ring_barriers(STAGES)
-    bars = (q_bar, k_ready, v_ready, k_empty, v_empty, q_empty)  # no scheduler barrier
+    sched = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(sched.index(i), count=1)
+    bars = (q_bar, k_ready, v_ready, k_empty, v_empty, sched)
 
     gl.warp_specialize(
         [
             (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
-                                    qk_scale, seq_k, n_m, heads, total, n_tiles, 0, STAGES)),
+                                    qk_scale, seq_k, n_m, heads, batch, group, 0, CAUSAL, STAGES,
+                                    PINGPONG)),
             (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
-                                    qk_scale, seq_k, n_m, heads, total, n_tiles, 1, STAGES)),
+                                    qk_scale, seq_k, n_m, heads, batch, group, 1, CAUSAL, STAGES,
+                                    PINGPONG)),
             (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
-                                    q_empty, kv_group, n_m, heads, total, n_tiles, STAGES)),
+                                    q_empty, seq_k, kv_group, n_m, heads, batch, group,
+                                    CAUSAL, STAGES)),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],
@@ -654,6 +681,19 @@ def _sm_count_of(index: int) -> int:
     return int(torch.cuda.get_device_properties(index).multi_processor_count)
 
 
+def _l2_group(q: torch.Tensor, k: torch.Tensor, pairs: int) -> int:
+    # (batch, head) pairs whose K and V fit in half the L2: the causal persistent
+    # kernel's tile groups. K and V of one query head are shared by heads_q // heads_kv.
+    l2 = _l2_bytes_of(q.get_device()) if q.is_cuda else 50 << 20
+    kv_bytes = 2 * k.shape[2] * k.shape[3] * k.element_size() * k.shape[1] / q.shape[1]
+    return max(1, min(pairs, int((l2 // 2) / max(kv_bytes, 1.0))))
+
+
+@functools.cache
+def _l2_bytes_of(index: int) -> int:
+    return int(torch.cuda.get_device_properties(index).L2_cache_size)
+
+
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     block = [1, 1, rows, t.shape[3]]
     layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
@@ -802,11 +842,12 @@ def launch_choice(
     q_desc, o_desc = _descriptor(q, _ROWS), _descriptor(out, _ROWS)
     k_desc, v_desc = _descriptor(k, cfg["BLOCK_N"]), _descriptor(v, cfg["BLOCK_N"])
     scalars: Scalars = (scale * math.log2(math.e), seq_k, heads_q // k.shape[1])
-    if variant == "ws-persistent":
+    if variant is not None and variant.startswith("ws-persistent"):
         n_m = triton.cdiv(seq_q, 2 * _ROWS)
         grid = (min(n_m * heads_q * batch, _sm_count(q)), 1, 1)  # 3-D: the raw launcher's
-        scalars = (*scalars, n_m, heads_q, batch)
-        constexprs: Scalars = (cfg["STAGES"], cfg["CONSUMER_REGS"], cfg["PRODUCER_REGS"])
+        scalars = (*scalars, n_m, heads_q, batch, _l2_group(q, k, heads_q * batch))
+        constexprs: Scalars = (causal, cfg["STAGES"], variant == "ws-persistent-pingpong",
+                               cfg["CONSUMER_REGS"], cfg["PRODUCER_REGS"])  # fmt: skip
         kernel = _attn_fwd_ws_persistent[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs,
             num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"],
@@ -865,7 +906,7 @@ def flash_attention_fwd(
     (head_dim, causal), whatever the lengths, with launch plans kept per key as
     ``kernels.flash_launch.Entry`` does. Else (a tuning entry, no plans kept) "ws"
     (warp-specialized), "ws-pingpong" (plus the scheduler barrier), "ws-persistent"
-    (one CTA per SM; non-causal only, causal runs "ws"), "simple" or "simple-overlap";
+    (one CTA per SM), "ws-persistent-pingpong", "simple" or "simple-overlap";
     ``overrides`` replace entries of ``flash_plan.gluon_config`` (BLOCK_N, STAGES, ...).
     Raises ``ValueError`` for inputs this kernel cannot take (head_dim, empty
     sequences, TMA alignment, not sm_90).

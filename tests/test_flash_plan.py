@@ -63,7 +63,7 @@ SM90_AUTO = {
     (1024, 64, False): "gluon-simple",
     (1024, 64, True): "gluon-simple-overlap",
     (2048, 128, False): "gluon-ws-persistent",
-    (2048, 128, True): "gluon-ws",
+    (2048, 128, True): "gluon-ws-persistent",
 }
 SM90_TRITON = {
     **{shape: "pointer" for shape in SUITE},
@@ -84,6 +84,35 @@ def test_suite_shapes_on_sm90(kernel, expected, seq, head_dim, causal):
     choice = choose(seq, head_dim, causal, kernel=kernel)
     assert choice.label == expected[(seq, head_dim, causal)]
     assert choice.kernel == ("gluon" if choice.label.startswith("gluon") else "triton")
+
+
+@pytest.mark.parametrize(
+    ("seq", "seq_k", "head_dim", "causal", "expected"),
+    [
+        # FASTER_FROM's tiers take over from their product up, both by name and by dispatch.
+        (2048, 2048, 64, False, "gluon-ws-persistent-pingpong"),
+        (1024, 4096, 64, False, "gluon-ws-persistent-pingpong"),
+        (2047, 2048, 64, False, "gluon-simple"),
+        (4096, 4096, 128, True, "gluon-ws-persistent"),
+        (8192, 8192, 128, True, "gluon-ws"),
+        (16384, 16384, 128, True, "gluon-ws"),
+        (16384, 16384, 128, False, "gluon-ws-persistent"),
+        (16384, 16384, 64, True, "gluon-simple-overlap"),
+    ],
+)
+@pytest.mark.parametrize("kernel", ["auto", "gluon"])
+def test_longer_lengths_take_faster_froms_variant(kernel, seq, seq_k, head_dim, causal, expected):
+    choice = choose(seq, head_dim, causal, kernel=kernel, seq_k=seq_k)
+    assert choice.label == expected
+    variant, overrides = flash_plan.faster_variant(head_dim, causal, seq, seq_k)
+    assert choice == flash_plan.gluon_choice(head_dim, causal, variant, overrides)
+
+
+def test_a_smaller_product_keeps_faster_s_variant_by_name():
+    # Below FASTER's product the entry point keeps Triton; the gluon name runs FASTER's.
+    assert choose(128, 64, False, kernel="auto").label == "pointer"
+    assert choose(128, 64, False, kernel="gluon").label == "gluon-simple"
+    assert choose(512, 128, True, kernel="gluon").label == "gluon-ws-persistent"
 
 
 @pytest.mark.parametrize(("seq", "head_dim", "causal"), SUITE)
@@ -183,10 +212,11 @@ def test_gluon_choice_carries_the_config_the_kernel_launches_with():
     assert (choice.variant, choice.overrides) == ("simple-overlap", (("BLOCK_N", 64),))
     assert dict(choice.gluon_config) == flash_plan.gluon_config(64, True, "simple-overlap",
                                                                 BLOCK_N=64)  # fmt: skip
-    # An explicit persistent variant on a causal call runs "ws", with ws's config.
+    # An explicit persistent variant on a causal call runs as asked, with its config.
     explicit = flash_plan.gluon_choice(128, True, "ws-persistent", {})
-    assert explicit.variant == "ws"
-    assert dict(explicit.gluon_config) == flash_plan.gluon_config(128, True, "ws")
+    assert explicit.variant == "ws-persistent"
+    assert dict(explicit.gluon_config) == flash_plan.gluon_config(128, True, "ws-persistent")
+    assert dict(explicit.gluon_config)["STAGES"] == 2
     with pytest.raises(ValueError, match="variant"):
         flash_plan.gluon_choice(128, False, "fast", {})
 
