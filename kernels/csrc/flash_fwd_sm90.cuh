@@ -86,6 +86,13 @@
 #ifndef FLASH_SM90_DYNAMIC_CAUSAL
 #define FLASH_SM90_DYNAMIC_CAUSAL 1
 #endif
+// Head_dim 128 non-causal on a cluster of two CTAs (2) on neighbouring row blocks of one
+// head, each loading half of every K and V tile and multicasting it to both (TMA
+// multicast; FlashAttention-3's choice there), or one CTA alone (1). Only where the row
+// blocks pair up (an even count); otherwise the one-CTA kernel runs.
+#ifndef FLASH_SM90_D128_CLUSTER
+#define FLASH_SM90_D128_CLUSTER 1
+#endif
 // Q buffers: 2 lets the next tile's Q load while this tile ends (where it fits).
 #ifndef FLASH_SM90_Q_STAGES
 #define FLASH_SM90_Q_STAGES 2
@@ -146,13 +153,19 @@ CUTLASS_DEVICE void bar_arrive(int id, int threads) {
 }
 
 // ---- kernel configuration ----------------------------------------------------------
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_,
+          int kClusterM_ = 1>
 struct Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  // CTAs per cluster (row blocks of one head sharing each K and V load by multicast).
+  static constexpr int kClusterM = kClusterM_;
+  static_assert(kClusterM == 1 || kClusterM == 2);
+  using ClusterShape = Shape<Int<kClusterM>, _1, _1>;
+  using TmaLoadKV = std::conditional_t<kClusterM == 1, SM90_TMA_LOAD, SM90_TMA_LOAD_MULTICAST>;
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kMmaThreads = kConsumerWarpgroups * 128;
   static constexpr int kThreads = kMmaThreads + 128;  // + the producer warpgroup
@@ -162,7 +175,11 @@ struct Traits {
   // the launch's allocation: two consumer warpgroups, 384 threads x 168 >= 128 x 24 +
   // 256 x 240 (or 128 x 32 + 256 x 232 at head_dim 64, whose producer spills at 24 with
   // a causal mask); three (192-row tiles), 512 threads x 128 = 128 x 32 + 384 x 160.
-  static constexpr int kProducerRegs = kConsumerWarpgroups == 2 && kHeadDim == 128 ? 24 : 32;
+  // A cluster's producer with 128-key tiles (and two Q buffers) spills 4 bytes at 24;
+  // its consumers fit in 232. With 192 keys the consumers need their 240.
+  static constexpr int kProducerRegs =
+      kConsumerWarpgroups == 2 && kHeadDim == 128 && !(kClusterM > 1 && kBlockN == 128) ? 24
+                                                                                        : 32;
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : kProducerRegs == 24 ? 240 : 232;
 
   using TileShape = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;
@@ -251,9 +268,9 @@ struct Traits {
       make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeQKV{}, StrideQKV{}),
       SmemLayoutQ{}, select<0, 2>(TileShape{}), _1{}));
   using TmaKV = decltype(make_tma_copy(
-      SM90_TMA_LOAD{},
+      TmaLoadKV{},
       make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), ShapeQKV{}, StrideQKV{}),
-      take<0, 2>(SmemLayoutK{}), select<1, 2>(TileShape{}), _1{}));
+      take<0, 2>(SmemLayoutK{}), select<1, 2>(TileShape{}), Int<kClusterM>{}));
   using TmaO = decltype(make_tma_copy(
       SM90_TMA_STORE{},
       make_tensor(make_gmem_ptr(static_cast<Element*>(nullptr)), ShapeQKV{}, StrideQKV{}),
@@ -536,15 +553,18 @@ CUTLASS_DEVICE int load_tile(KernelParams<T> const& p, typename T::SharedStorage
   Tensor gQx = make_tensor(gQ.data(), make_layout(gQ.layout(), Layout<_1>{}));
   auto [tQgQ, tQsQ] =
       tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQx), group_modes<0, 2>(gQx));
-  auto [tKgK, tKsK] =
-      tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-  auto [tVgV, tVsV] =
-      tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+  // In a cluster each CTA loads its share of a K or V tile and multicasts it to all.
+  const int cta_rank = T::kClusterM == 1 ? 0 : int(cute::block_rank_in_cluster());
+  constexpr uint16_t kMcastMask = T::kClusterM == 1 ? 0 : uint16_t((1u << T::kClusterM) - 1);
+  auto [tKgK, tKsK] = tma_partition(p.tma_k, cta_rank, Layout<Int<T::kClusterM>>{},
+                                    group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+  auto [tVgV, tVsV] = tma_partition(p.tma_v, cta_rank, Layout<Int<T::kClusterM>>{},
+                                    group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
   int n_block = n_block_count<T, kCausal>(p, tile.m_block) - 1;
   if (leader) {
     pipe_k.producer_acquire(write_k);
-    copy(p.tma_k.with(*pipe_k.producer_get_barrier(write_k), 0), tKgK(_, n_block),
+    copy(p.tma_k.with(*pipe_k.producer_get_barrier(write_k), kMcastMask), tKgK(_, n_block),
          tKsK(_, write_k.index()));
     ++write_k;
   }
@@ -565,16 +585,16 @@ CUTLASS_DEVICE int load_tile(KernelParams<T> const& p, typename T::SharedStorage
 #pragma unroll 2
     for (; n_block > 0; --n_block) {
       pipe_k.producer_acquire(write_k);
-      copy(p.tma_k.with(*pipe_k.producer_get_barrier(write_k), 0), tKgK(_, n_block - 1),
+      copy(p.tma_k.with(*pipe_k.producer_get_barrier(write_k), kMcastMask), tKgK(_, n_block - 1),
            tKsK(_, write_k.index()));
       ++write_k;
       pipe_v.producer_acquire(write_v);
-      copy(p.tma_v.with(*pipe_v.producer_get_barrier(write_v), 0), tVgV(_, n_block),
+      copy(p.tma_v.with(*pipe_v.producer_get_barrier(write_v), kMcastMask), tVgV(_, n_block),
            tVsV(_, write_v.index()));
       ++write_v;
     }
     pipe_v.producer_acquire(write_v);
-    copy(p.tma_v.with(*pipe_v.producer_get_barrier(write_v), 0), tVgV(_, n_block),
+    copy(p.tma_v.with(*pipe_v.producer_get_barrier(write_v), kMcastMask), tVgV(_, n_block),
          tVsV(_, write_v.index()));
     ++write_v;
   }
@@ -655,9 +675,19 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
   warpgroup_turn_pass<T>();
   if (!T::kSeparateO && work != 0) {
     // The previous tile's O store has read the V ring's space: the producer may refill it.
+    // In a cluster every CTA's producer waits for all of them: its multicast V lands in
+    // each CTA's ring. (One arrival per CTA and tile: no CTA can be a whole tile ahead
+    // of another, whose consumers release every K slot it loads, as long as a tile has
+    // more key blocks than the ring has stages; O shares V's space only with 192-key
+    // tiles, used above 2048 keys.)
     if (cutlass::canonical_warp_idx_sync() == T::kWarps - 1 && cute::elect_one_sync()) {
       tma_store_wait<0>();
-      smem.bars.barrier_o.arrive();
+      if constexpr (T::kClusterM == 1) {
+        smem.bars.barrier_o.arrive();
+      } else {
+        CUTLASS_PRAGMA_UNROLL
+        for (int cta = 0; cta < T::kClusterM; ++cta) smem.bars.barrier_o.arrive(cta, true);
+      }
     }
   }
   warpgroup_wait<0>();
@@ -814,7 +844,7 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     cute::prefetch_tma_descriptor(p.tma_o.get_tma_descriptor());
     smem.bars.barrier_q[0].init(1);
     smem.bars.barrier_q[1].init(1);
-    smem.bars.barrier_o.init(1);
+    smem.bars.barrier_o.init(T::kClusterM);
   }
   typename Pipeline::Params pipe_params;
   pipe_params.transaction_bytes = T::kBytesKV;
@@ -823,9 +853,15 @@ __global__ void __launch_bounds__(T::kThreads, 1)
   pipe_params.is_leader = threadIdx.x % 128 == 0;
   pipe_params.num_consumers = T::kMmaThreads;
   // The pipelines' constructors fence the barrier inits.
-  Pipeline pipe_k(smem.bars.pipeline_k, pipe_params, Shape<_1, _1, _1>{});
-  Pipeline pipe_v(smem.bars.pipeline_v, pipe_params, Shape<_1, _1, _1>{});
-  __syncthreads();
+  Pipeline pipe_k(smem.bars.pipeline_k, pipe_params, typename T::ClusterShape{});
+  Pipeline pipe_v(smem.bars.pipeline_v, pipe_params, typename T::ClusterShape{});
+  if constexpr (T::kClusterM > 1) {
+    // Every CTA's barriers initialized before any other CTA of the cluster signals them.
+    cute::cluster_arrive_relaxed();
+    cute::cluster_wait();
+  } else {
+    __syncthreads();
+  }
 
   if (warpgroup == 0) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
@@ -879,10 +915,36 @@ __global__ void __launch_bounds__(T::kThreads, 1)
     }
     tma_store_wait<0>();
   }
+  if constexpr (T::kClusterM > 1) {
+    // No CTA leaves while another may still signal its barriers (the last K and V
+    // releases, the last O-store arrival): every thread still running meets here.
+    cute::cluster_arrive();
+    cute::cluster_wait();
+  }
 #endif
 }
 
 // ---- host side -----------------------------------------------------------------------
+template <typename T>
+cudaLaunchConfig_t cluster_config(int grid, int smem_bytes, cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid, 1, 1);
+  config.blockDim = dim3(T::kThreads, 1, 1);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  return config;
+}
+
+template <typename T>
+cudaLaunchAttribute cluster_attribute() {
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = T::kClusterM;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
 template <typename T, bool kCausal>
 cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
   using Element = typename T::Element;
@@ -902,10 +964,10 @@ cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
       shape_q,
       shape_k,
       make_tma_copy(SM90_TMA_LOAD{}, q, typename T::SmemLayoutQ{}, select<0, 2>(TileShape{}), _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, k, take<0, 2>(typename T::SmemLayoutK{}),
-                    select<1, 2>(TileShape{}), _1{}),
-      make_tma_copy(SM90_TMA_LOAD{}, v, take<0, 2>(typename T::SmemLayoutV{}),
-                    select<1, 2>(TileShape{}), _1{}),
+      make_tma_copy(typename T::TmaLoadKV{}, k, take<0, 2>(typename T::SmemLayoutK{}),
+                    select<1, 2>(TileShape{}), Int<T::kClusterM>{}),
+      make_tma_copy(typename T::TmaLoadKV{}, v, take<0, 2>(typename T::SmemLayoutV{}),
+                    select<1, 2>(TileShape{}), Int<T::kClusterM>{}),
       make_tma_copy(SM90_TMA_STORE{}, o,
                     std::conditional_t<T::kWarpgroupStore, typename T::SmemLayoutOWarpgroup,
                                        typename T::SmemLayoutO>{},
@@ -937,6 +999,7 @@ cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
   struct DeviceInfo {
     std::atomic<bool> ready{false};
     int sms = 0, l2_bytes = 0;
+    int clusters = 0;  // clusters of kClusterM CTAs that fit on the GPU at once
   };
   static DeviceInfo devices[64];
   int device = 0;
@@ -948,6 +1011,15 @@ cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
     err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info.sms, cudaDevAttrMultiProcessorCount, device);
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info.l2_bytes, cudaDevAttrL2CacheSize, device);
+    if constexpr (T::kClusterM > 1) {
+      // Not every SM can pair with another in its GPC: ask how many clusters fit.
+      cudaLaunchConfig_t config = cluster_config<T>(info.sms, kSmemBytes, stream);
+      cudaLaunchAttribute attr = cluster_attribute<T>();
+      config.attrs = &attr;
+      config.numAttrs = 1;
+      if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&info.clusters, kernel, &config);
+      if (err == cudaSuccess && info.clusters < 1) err = cudaErrorInvalidConfiguration;
+    }
     if (err != cudaSuccess) return err;
     info.ready.store(true, std::memory_order_release);  // a race sets the same values twice
   }
@@ -959,12 +1031,40 @@ cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
   const int bh_total = fp.heads * fp.batch;
   p.group_bh = pairs < 1.0 ? 1 : (pairs > bh_total ? bh_total : static_cast<int>(pairs));
   p.first_group = bh_total - (bh_total - 1) / p.group_bh * p.group_bh;
-  const int grid = p.total_tiles < sms ? p.total_tiles : sms;
-  if (kCausal && FLASH_SM90_DYNAMIC_CAUSAL && p.total_tiles > grid) {
-    p.tile_counter = flash_fwd_sm90_tile_counter(device, stream);  // nullptr: static
+  if constexpr (T::kClusterM > 1) {
+    // Non-causal, an even number of row blocks (launch_full checks): with the static
+    // stride over an even grid, the CTAs of a cluster take row blocks 2i and 2i + 1 of
+    // one head, with the same key range, and the same number of tiles.
+    static_assert(!kCausal, "clusters take non-causal tiles only");
+    const int slots = info.clusters * T::kClusterM;
+    const int grid = p.total_tiles < slots ? p.total_tiles : slots;
+    cudaLaunchConfig_t config = cluster_config<T>(grid, kSmemBytes, stream);
+    cudaLaunchAttribute attr = cluster_attribute<T>();
+    config.attrs = &attr;
+    config.numAttrs = 1;
+    return cudaLaunchKernelEx(&config, kernel, p);
+  } else {
+    const int grid = p.total_tiles < sms ? p.total_tiles : sms;
+    if (kCausal && FLASH_SM90_DYNAMIC_CAUSAL && p.total_tiles > grid) {
+      p.tile_counter = flash_fwd_sm90_tile_counter(device, stream);  // nullptr: static
+    }
+    kernel<<<grid, T::kThreads, kSmemBytes, stream>>>(p);
+    return cudaGetLastError();
   }
-  kernel<<<grid, T::kThreads, kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+}
+
+// Head_dim 128 non-causal: the key tile by seq_k, and a cluster of two CTAs where the
+// row blocks pair up.
+template <int kHeadDim, int kStages, typename Element>
+cudaError_t launch_full(const FlashFwdParams& p, cudaStream_t stream) {
+  constexpr int kCluster = FLASH_SM90_D128_CLUSTER;
+  const bool paired = kCluster > 1 && cute::ceil_div(p.seq_q, 128) % kCluster == 0;
+  if (p.seq_k <= FLASH_SM90_D128_SHORT_K) {
+    return paired ? launch<Traits<kHeadDim, 128, FLASH_SM90_D128_FULL_SHORT_N, kStages, Element, kCluster>, false>(p, stream)
+                  : launch<Traits<kHeadDim, 128, FLASH_SM90_D128_FULL_SHORT_N, kStages, Element>, false>(p, stream);
+  }
+  return paired ? launch<Traits<kHeadDim, 128, FLASH_SM90_D128_FULL_N, kStages, Element, kCluster>, false>(p, stream)
+                : launch<Traits<kHeadDim, 128, FLASH_SM90_D128_FULL_N, kStages, Element>, false>(p, stream);
 }
 
 }  // namespace flash_sm90
@@ -982,8 +1082,6 @@ cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
       constexpr int S = FLASH_SM90_D128_STAGES;                                            \
       return p.causal                                                                      \
                  ? launch<Traits<128, 128, FLASH_SM90_D128_CAUSAL_N, S, ELEMENT>, true>(p, stream)  \
-             : p.seq_k <= FLASH_SM90_D128_SHORT_K                                              \
-                 ? launch<Traits<128, 128, FLASH_SM90_D128_FULL_SHORT_N, S, ELEMENT>, false>(p, stream) \
-                 : launch<Traits<128, 128, FLASH_SM90_D128_FULL_N, S, ELEMENT>, false>(p, stream);  \
+             : launch_full<128, S, ELEMENT>(p, stream);                                        \
     }                                                                                      \
   }
