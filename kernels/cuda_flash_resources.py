@@ -149,11 +149,22 @@ def records_from_report(
 # ---- the Hopper kernel (csrc/flash_fwd_sm90*.cu) ----------------------------------------
 
 _SM90_INSTANCE = re.compile(
-    r"flash_fwd_sm90_kernelINS_6TraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EN7cutlass\d+(\w+?)EEELb([01])E"
+    r"flash_fwd_sm90_kernelINS_6TraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EN7cutlass\d+(\w+?)"
+    r"ELi(\d+)EEELb([01])E"
 )
 _SM90_ELEMENTS = {"float16": "half_t", "bfloat16": "bfloat16_t"}
 _MACRO = re.compile(r"#define\s+(FLASH_SM90_\w+)\s+(\d+)")
 _MIN_WORK = re.compile(r"kHopperMinWork\s*=\s*1LL\s*<<\s*(\d+)")
+
+
+def hopper_cluster(source: str, head_dim: int, causal: bool, seq_q: int) -> int:
+    """CTAs per cluster the launcher picks: two on head_dim 128 non-causal where the
+    row blocks pair up (``launch_full`` in the header), else one."""
+    m = {name: int(value) for name, value in _MACRO.findall(source)}
+    cluster = m.get("FLASH_SM90_D128_CLUSTER", 1)
+    if head_dim != 128 or causal or cluster == 1:
+        return 1
+    return cluster if -(-seq_q // 128) % cluster == 0 else 1
 
 
 def hopper_tile(source: str, head_dim: int, causal: bool, seq_k: int) -> tuple[int, int, int]:
@@ -208,12 +219,13 @@ def hopper_records(
     dtype = str(params.get("dtype", "float16"))
     causal = bool(params.get("causal", False))
     block_m, block_n, stages = hopper_tile(source, head_dim, causal, seq_k)
-    wanted = (head_dim, block_m, block_n, stages, _SM90_ELEMENTS[dtype], causal)
+    cluster = hopper_cluster(source, head_dim, causal, seq_q)
+    wanted = (head_dim, block_m, block_n, stages, _SM90_ELEMENTS[dtype], cluster, causal)
     found = [
         e
         for e in parse_ptxas(text)
         if (m := _SM90_INSTANCE.search(e.symbol))
-        and (int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5], m[6] == "1") == wanted
+        and (int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5], int(m[6]), m[7] == "1") == wanted
     ]
     if not found:
         raise RuntimeError(f"no ptxas entry for the Hopper kernel {wanted} in:\n{text[-2000:]}")
@@ -223,7 +235,7 @@ def hopper_records(
         {
             "arch": "sm_90",
             "kernel": f"flash_fwd_sm90_kernel<{head_dim}, {block_m}x{block_n}, {element}, "
-            f"{str(causal).lower()}>",
+            f"{str(causal).lower()}>" + (f" on clusters of {cluster}" if cluster > 1 else ""),
             "registers": entry.registers,
             "spill_store_bytes": entry.spill_store_bytes,
             "spill_load_bytes": entry.spill_load_bytes,
@@ -238,6 +250,7 @@ def hopper_records(
                 "BLOCK_N": block_n,
                 "target": entry.target,
                 "schedule": "persistent",
+                **({"CLUSTER": cluster} if cluster > 1 else {}),
             },
             "path": "hopper-wgmma-tma",
             "toolchain": toolchain,

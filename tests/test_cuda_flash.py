@@ -348,6 +348,11 @@ def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
         (128, 192),
         (128, 128),
     ]
+    # Non-causal head_dim 128 with an even number of row blocks runs on clusters of two.
+    assert [r["config"].get("CLUSTER", 1) for r in records] == [2, 2, 1]
+    assert records[0]["kernel"].endswith("on clusters of 2")
+    odd = {"shape": [2, 16, 4097, 128], "dtype": "float16", "causal": False}
+    assert "CLUSTER" not in res.hopper_records(report, odd, header)[0]["config"]
     for record in records:
         assert record["path"] == "hopper-wgmma-tma"
         assert record["registers"] > 0 and record["spill_store_bytes"] == 0
@@ -607,6 +612,9 @@ KERNELS = _kernels() if torch.cuda.is_available() else ["auto"]
         (2, 4, 2, 300, 1000),  # seq_q < seq_k
         (2, 4, 2, 1000, 300),  # seq_q > seq_k
         (1, 8, 1, 129, 255),
+        # 18 row blocks and more than 2048 keys (192 per step, a ragged last one): head_dim
+        # 128 non-causal on clusters of two CTAs sharing K and V by multicast.
+        (1, 4, 2, 2304, 2560),
     ],
 )
 @pytest.mark.parametrize("head_dim", [64, 128])

@@ -18,7 +18,10 @@
 //    kStages-deep shared-memory ring with TMA (cp.async.bulk.tensor), each stage
 //    completing on an mbarrier (cutlass::PipelineTmaAsync); out-of-bounds rows of the
 //    last tile are zero-filled by TMA and masked below. An index past the last tile,
-//    sent the same way, tells the consumers to stop.
+//    sent the same way, tells the consumers to stop. Head_dim 128 without a mask runs
+//    on clusters of two CTAs where a head's row blocks pair up: the static stride gives
+//    the pair neighbouring row blocks of one head, and each CTA loads half of every K
+//    and V tile and multicasts it to both (the ring's barriers count both CTAs).
 //  * Consumers: S = Q K^T (wgmma, both operands in shared memory), online softmax in
 //    fp32 registers with exp2, O += P V (wgmma, P from registers, V from shared memory).
 //    Two overlaps hide the softmax behind the tensor cores:
@@ -89,9 +92,11 @@
 // Head_dim 128 non-causal on a cluster of two CTAs (2) on neighbouring row blocks of one
 // head, each loading half of every K and V tile and multicasting it to both (TMA
 // multicast; FlashAttention-3's choice there), or one CTA alone (1). Only where the row
-// blocks pair up (an even count); otherwise the one-CTA kernel runs.
+// blocks pair up (an even count); otherwise the one-CTA kernel runs. H100, ratio to
+// cuDNN (docs/PERFORMANCE.md): (2,8,2048,128) 1.032x -> 0.996x, (4,32,4096,128)
+// 1.006x -> 0.975x, 16k 0.96-0.97x -> 0.92-0.93x.
 #ifndef FLASH_SM90_D128_CLUSTER
-#define FLASH_SM90_D128_CLUSTER 1
+#define FLASH_SM90_D128_CLUSTER 2
 #endif
 // Q buffers: 2 lets the next tile's Q load while this tile ends (where it fits).
 #ifndef FLASH_SM90_Q_STAGES
