@@ -157,14 +157,17 @@ _MACRO = re.compile(r"#define\s+(FLASH_SM90_\w+)\s+(\d+)")
 _MIN_WORK = re.compile(r"kHopperMinWork\s*=\s*1LL\s*<<\s*(\d+)")
 
 
-def hopper_cluster(source: str, head_dim: int, causal: bool, seq_q: int) -> int:
+def hopper_cluster(source: str, head_dim: int, causal: bool, seq_q: int, seq_k: int) -> int:
     """CTAs per cluster the launcher picks: two on head_dim 128 non-causal where the
-    row blocks pair up (``launch_full`` in the header), else one."""
+    row blocks pair up and, where O shares the V ring, a tile has more key blocks than
+    the ring has stages (``launch_full_tiles`` in the header), else one."""
     m = {name: int(value) for name, value in _MACRO.findall(source)}
     cluster = m.get("FLASH_SM90_D128_CLUSTER", 1)
-    if head_dim != 128 or causal or cluster == 1:
+    if head_dim != 128 or causal or cluster == 1 or -(-seq_q // 128) % cluster != 0:
         return 1
-    return cluster if -(-seq_q // 128) % cluster == 0 else 1
+    block_m, block_n, stages = hopper_tile(source, head_dim, causal, seq_k)
+    separate_o, _ = _hopper_buffers(head_dim, block_m, block_n, stages)
+    return cluster if separate_o or -(-seq_k // block_n) > stages else 1
 
 
 def hopper_tile(source: str, head_dim: int, causal: bool, seq_k: int) -> tuple[int, int, int]:
@@ -187,6 +190,14 @@ def hopper_shared_bytes(head_dim: int, block_m: int, block_n: int, stages: int) 
     slots, each buffer 1024-byte aligned (``Traits::fits`` in the header)."""
     q = o = block_m * head_dim * 2
     kv = stages * block_n * head_dim * 2
+    separate, q_buffers = _hopper_buffers(head_dim, block_m, block_n, stages)
+    return q_buffers * q + kv + (kv + o if separate else max(kv, o)) + 1024
+
+
+def _hopper_buffers(head_dim: int, block_m: int, block_n: int, stages: int) -> tuple[bool, int]:
+    """(O has its own buffer, Q buffers): ``Traits::kSeparateO`` and ``kQStages``."""
+    q = o = block_m * head_dim * 2
+    kv = stages * block_n * head_dim * 2
     barriers = 2 * 8 + 8 + 2 * 16 * stages + 2 * 4
 
     def fits(q_buffers: int, separate_o: bool) -> bool:
@@ -194,8 +205,7 @@ def hopper_shared_bytes(head_dim: int, block_m: int, block_n: int, stages: int) 
         return used <= 227 * 1024
 
     separate = fits(1, True)
-    q_buffers = 2 if fits(2, separate) else 1
-    return q_buffers * q + kv + (kv + o if separate else max(kv, o)) + 1024
+    return separate, 2 if fits(2, separate) else 1
 
 
 def hopper_ptxas_text(dtype: str, head_dim: int, *, nvcc: str) -> str:
@@ -219,7 +229,7 @@ def hopper_records(
     dtype = str(params.get("dtype", "float16"))
     causal = bool(params.get("causal", False))
     block_m, block_n, stages = hopper_tile(source, head_dim, causal, seq_k)
-    cluster = hopper_cluster(source, head_dim, causal, seq_q)
+    cluster = hopper_cluster(source, head_dim, causal, seq_q, seq_k)
     wanted = (head_dim, block_m, block_n, stages, _SM90_ELEMENTS[dtype], cluster, causal)
     found = [
         e

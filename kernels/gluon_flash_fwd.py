@@ -397,7 +397,8 @@ def _tile_of(t, n_m, heads, batch, group, CAUSAL: gl.constexpr):  # type: ignore
     # fastest, so the CTAs working at one time share a head's K/V in L2, as the
     # per-tile grid does. Causal: (batch, head) pairs in groups of ``group`` whose K
     # and V fit in half the L2, and within a group the heaviest row blocks (the last)
-    # first, so each group's dealing ends on light tiles (as the CUDA C++ kernel does).
+    # first, so each group's dealing ends on light tiles. (The CUDA C++ kernel also puts
+    # the smaller, leftover group first; here it comes last.)
     if CAUSAL:
         per_group = group * n_m
         first = (t // per_group) * group

@@ -353,6 +353,15 @@ def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
     assert records[0]["kernel"].endswith("on clusters of 2")
     odd = {"shape": [2, 16, 4097, 128], "dtype": "float16", "causal": False}
     assert "CLUSTER" not in res.hopper_records(report, odd, header)[0]["config"]
+    assert res.hopper_cluster(header, 128, False, 2304, 2560) == 2  # 14 blocks > 2 stages
+    assert res.hopper_cluster(header, 128, True, 2048, 2048) == 1
+    # 192-key tiles (O in the V ring) of only two key blocks, as a -D override could make:
+    # one CTA, since the cluster's O barrier needs more blocks than stages.
+    short_k = "#define FLASH_SM90_D128_SHORT_K 2048"
+    assert short_k in header
+    overridden = header.replace(short_k, "#define FLASH_SM90_D128_SHORT_K 64")
+    assert res.hopper_cluster(overridden, 128, False, 2048, 384) == 1
+    assert res.hopper_cluster(overridden, 128, False, 2048, 640) == 2
     for record in records:
         assert record["path"] == "hopper-wgmma-tma"
         assert record["registers"] > 0 and record["spill_store_bytes"] == 0
@@ -650,6 +659,19 @@ def test_many_tiles_per_multiprocessor(causal: bool, head_dim: int, kernel: str)
     out = torch.full_like(q, float("nan"))
     cuda_flash.flash_attention_fwd(q, k, v, causal=causal, out=out, kernel=kernel)
     _check_against_reference(out, q, k, v, causal=causal)
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_many_cluster_tiles_with_o_in_the_v_ring(kernel: str) -> None:
+    # Head_dim 128 non-causal above 2048 keys: 192 keys per step, O staged in the V
+    # ring's space, and clusters of two CTAs (18 row blocks a head) whose O barrier
+    # changes phase between tiles: 1440 tiles, about 11 per CTA.
+    q, k, v = _inputs(2, 40, 8, 2304, 2560, 128, torch.bfloat16, seed=2304)
+    out = torch.full_like(q, float("nan"))
+    cuda_flash.flash_attention_fwd(q, k, v, causal=False, out=out, kernel=kernel)
+    _check_against_reference(out, q, k, v, causal=False)
 
 
 @pytest.mark.gpu

@@ -683,8 +683,7 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
     // In a cluster every CTA's producer waits for all of them: its multicast V lands in
     // each CTA's ring. (One arrival per CTA and tile: no CTA can be a whole tile ahead
     // of another, whose consumers release every K slot it loads, as long as a tile has
-    // more key blocks than the ring has stages; O shares V's space only with 192-key
-    // tiles, used above 2048 keys.)
+    // more key blocks than the ring has stages, which launch_full_tiles requires.)
     if (cutlass::canonical_warp_idx_sync() == T::kWarps - 1 && cute::elect_one_sync()) {
       tma_store_wait<0>();
       if constexpr (T::kClusterM == 1) {
@@ -1058,18 +1057,27 @@ cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
   }
 }
 
-// Head_dim 128 non-causal: the key tile by seq_k, and a cluster of two CTAs where the
-// row blocks pair up.
+// Head_dim 128 non-causal with kBlockN keys per step: on a cluster of two CTAs where
+// the row blocks pair up, else one CTA. Where O shares the V ring's space, the cluster's
+// O barrier (one arrival per CTA and tile) needs every tile to have more key blocks than
+// the ring has stages (see attend_tile), else one CTA runs.
+template <int kHeadDim, int kBlockN, int kStages, typename Element>
+cudaError_t launch_full_tiles(const FlashFwdParams& p, cudaStream_t stream) {
+  constexpr int kCluster = FLASH_SM90_D128_CLUSTER;
+  using Clustered = Traits<kHeadDim, 128, kBlockN, kStages, Element, kCluster>;
+  const bool paired = kCluster > 1 && cute::ceil_div(p.seq_q, 128) % kCluster == 0 &&
+                      (Clustered::kSeparateO || cute::ceil_div(p.seq_k, kBlockN) > kStages);
+  return paired ? launch<Clustered, false>(p, stream)
+                : launch<Traits<kHeadDim, 128, kBlockN, kStages, Element>, false>(p, stream);
+}
+
+// Head_dim 128 non-causal: the key tile by seq_k.
 template <int kHeadDim, int kStages, typename Element>
 cudaError_t launch_full(const FlashFwdParams& p, cudaStream_t stream) {
-  constexpr int kCluster = FLASH_SM90_D128_CLUSTER;
-  const bool paired = kCluster > 1 && cute::ceil_div(p.seq_q, 128) % kCluster == 0;
   if (p.seq_k <= FLASH_SM90_D128_SHORT_K) {
-    return paired ? launch<Traits<kHeadDim, 128, FLASH_SM90_D128_FULL_SHORT_N, kStages, Element, kCluster>, false>(p, stream)
-                  : launch<Traits<kHeadDim, 128, FLASH_SM90_D128_FULL_SHORT_N, kStages, Element>, false>(p, stream);
+    return launch_full_tiles<kHeadDim, FLASH_SM90_D128_FULL_SHORT_N, kStages, Element>(p, stream);
   }
-  return paired ? launch<Traits<kHeadDim, 128, FLASH_SM90_D128_FULL_N, kStages, Element, kCluster>, false>(p, stream)
-                : launch<Traits<kHeadDim, 128, FLASH_SM90_D128_FULL_N, kStages, Element>, false>(p, stream);
+  return launch_full_tiles<kHeadDim, FLASH_SM90_D128_FULL_N, kStages, Element>(p, stream);
 }
 
 }  // namespace flash_sm90
