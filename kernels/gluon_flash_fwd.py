@@ -351,6 +351,16 @@ def _ring_barriers(STAGES: gl.constexpr):  # type: ignore[no-untyped-def]
 
 
 @gluon.jit
+def _sched_barriers():  # type: ignore[no-untyped-def]
+    # FA3's scheduler barrier (PINGPONG): one mbarrier per consumer warpgroup, each
+    # completed by the other warpgroup's matmul issue.
+    sched = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
+        mbarrier.init(sched.index(i), count=1)
+    return sched
+
+
+@gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # type: ignore[no-untyped-def]
                  CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
                  CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):  # fmt: skip
@@ -372,9 +382,7 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # t
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     k_ready, v_ready, k_empty, v_empty = _ring_barriers(STAGES)
-    sched = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(sched.index(i), count=1)
+    sched = _sched_barriers()
     bars = (q_bar, k_ready, v_ready, k_empty, v_empty, sched)
 
     gl.warp_specialize(
@@ -442,7 +450,6 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
     it = 0
-    g = 0
     ti = 0
     for t in range(gl.program_id(0), n_m * heads * batch, gl.num_programs(0)):
         pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
@@ -452,8 +459,9 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
         n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
         mbarrier.wait(bars[0], ti & 1)
         q = q_smem.index(WG).reshape([ROWS, HEAD_DIM])
+        # Scheduler turns so far: n_tiles - 1 per earlier tile, i.e. it - ti.
         acc, p16, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
-                                       n_tiles, n_full, it, g, WG, CAUSAL, STAGES,
+                                       n_tiles, n_full, it, it - ti, WG, CAUSAL, STAGES,
                                        PINGPONG)  # fmt: skip
         # Every Q·K^T of this tile retired: the producer may load the next tile's Q
         # while this warpgroup finishes P·V and stores O.
@@ -464,7 +472,6 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
         tma.store_wait(0)
         _store_out(acc, l_i, o_smem.index(WG), o_desc, b, h, row0, o_layout, False)
         it += n_tiles
-        g += n_tiles - 1
         ti += 1  # noqa: SIM113 (no enumerate() in a jitted loop)
     tma.store_wait(0)
 
@@ -483,9 +490,7 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
     mbarrier.init(q_bar, count=1)
     mbarrier.init(q_empty, count=2)  # one arrive per consumer warpgroup and tile
     k_ready, v_ready, k_empty, v_empty = _ring_barriers(STAGES)
-    sched = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(2):
-        mbarrier.init(sched.index(i), count=1)
+    sched = _sched_barriers()
     bars = (q_bar, k_ready, v_ready, k_empty, v_empty, sched)
 
     gl.warp_specialize(

@@ -452,16 +452,18 @@ def test_target_without_gpu_says_so():
     assert last == "guard.measure.profile_target: torch sees no CUDA GPU"
 
 
+def _recording_ncu(tmp_path: Path, args_file: Path) -> Path:
+    """A fake ncu that appends its arguments to ``args_file`` and prints the head CSV."""
+    record = f'printf "%s\\n" "$@" >> {shlex.quote(str(args_file))}'
+    return _fake_ncu(tmp_path, f"{record}\ncat {shlex.quote(str(HEAD_CSV))}\n")
+
+
 @posix_only
 def test_head_case_runs_in_the_head_arm(tmp_path, monkeypatch):
     """Two kernels on one shape: the base arm profiles ``case``, the head arm ``head_case``
     (SDPA against a kernel of this tree), and the answer keeps ``case``'s id."""
     args_file = tmp_path / "args"
-    bin_dir = _fake_ncu(
-        tmp_path,
-        f'printf "%s\\n" "$@" >> {shlex.quote(str(args_file))}\n'
-        f"cat {shlex.quote(str(HEAD_CSV))}\n",
-    )
+    bin_dir = _recording_ncu(tmp_path, args_file)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     base_case = make_case("b4-h16-s2048-d64-full", kernel="sdpa")
     head_case = make_case("b4-h16-s2048-d64-full", kernel="cuda_flash")
@@ -470,3 +472,27 @@ def test_head_case_runs_in_the_head_arm(tmp_path, monkeypatch):
     assert pc.case_id == base_case.id
     cases = [json.loads(a) for a in args_file.read_text().splitlines() if a.startswith("{")]
     assert [c["kernel"] for c in cases] == ["sdpa", "cuda_flash"]
+
+
+@posix_only
+def test_ncu_gluon_profiles_two_registry_names_of_this_tree(tmp_path, monkeypatch):
+    """benchmarks/ncu_gluon.py end to end with a fake ncu: by default the portable Triton
+    kernel (triton_flash) as the base and the entry point (flash_attention) as the head,
+    both in this tree, on each built-in shape; a malformed --shape exits 2."""
+    from benchmarks import ncu_gluon
+
+    args_file = tmp_path / "args"
+    bin_dir = _recording_ncu(tmp_path, args_file)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "out"
+    assert ncu_gluon.main(["--out", str(out)]) == 0
+    argv = args_file.read_text().splitlines()
+    cases = [json.loads(a) for a in argv if a.startswith("{")]
+    assert [c["kernel"] for c in cases] == ["triton_flash", "flash_attention"] * 2
+    roots = [argv[i + 1] for i, a in enumerate(argv) if a == "--kernels-root"]
+    assert set(roots) == {str(ROOT.resolve())}
+    text = (out / "ncu-gluon.md").read_text()
+    assert text.count("base = triton_flash, head = flash_attention") == len(ncu_gluon.SHAPES)
+    with pytest.raises(SystemExit) as info:
+        ncu_gluon.main(["--out", str(out), "--shape", "4,16,2048,64,sideways,float16"])
+    assert info.value.code == 2

@@ -929,24 +929,23 @@ __global__ void __launch_bounds__(T::kThreads, 1)
 }
 
 // ---- host side -----------------------------------------------------------------------
-template <typename T>
-cudaLaunchConfig_t cluster_config(int grid, int smem_bytes, cudaStream_t stream) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid, 1, 1);
-  config.blockDim = dim3(T::kThreads, 1, 1);
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  return config;
-}
-
-template <typename T>
-cudaLaunchAttribute cluster_attribute() {
+// Calls use(config) with a launch config of `grid` CTAs in clusters of T::kClusterM (the
+// config points at its cluster attribute, which lives only during the call).
+template <typename T, typename Use>
+cudaError_t with_cluster_config(int grid, int smem_bytes, cudaStream_t stream, Use&& use) {
   cudaLaunchAttribute attr = {};
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = T::kClusterM;
   attr.val.clusterDim.y = 1;
   attr.val.clusterDim.z = 1;
-  return attr;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid, 1, 1);
+  config.blockDim = dim3(T::kThreads, 1, 1);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  return use(config);
 }
 
 template <typename T, bool kCausal>
@@ -1017,11 +1016,11 @@ cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
     if (err == cudaSuccess) err = cudaDeviceGetAttribute(&info.l2_bytes, cudaDevAttrL2CacheSize, device);
     if constexpr (T::kClusterM > 1) {
       // Not every SM can pair with another in its GPC: ask how many clusters fit.
-      cudaLaunchConfig_t config = cluster_config<T>(info.sms, kSmemBytes, stream);
-      cudaLaunchAttribute attr = cluster_attribute<T>();
-      config.attrs = &attr;
-      config.numAttrs = 1;
-      if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&info.clusters, kernel, &config);
+      if (err == cudaSuccess) {
+        err = with_cluster_config<T>(info.sms, kSmemBytes, stream, [&](const cudaLaunchConfig_t& c) {
+          return cudaOccupancyMaxActiveClusters(&info.clusters, kernel, &c);
+        });
+      }
       if (err == cudaSuccess && info.clusters < 1) err = cudaErrorInvalidConfiguration;
     }
     if (err != cudaSuccess) return err;
@@ -1042,11 +1041,9 @@ cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
     static_assert(!kCausal, "clusters take non-causal tiles only");
     const int slots = info.clusters * T::kClusterM;
     const int grid = p.total_tiles < slots ? p.total_tiles : slots;
-    cudaLaunchConfig_t config = cluster_config<T>(grid, kSmemBytes, stream);
-    cudaLaunchAttribute attr = cluster_attribute<T>();
-    config.attrs = &attr;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, kernel, p);
+    return with_cluster_config<T>(grid, kSmemBytes, stream, [&](const cudaLaunchConfig_t& c) {
+      return cudaLaunchKernelEx(&c, kernel, p);
+    });
   } else {
     const int grid = p.total_tiles < sms ? p.total_tiles : sms;
     if (kCausal && FLASH_SM90_DYNAMIC_CAUSAL && p.total_tiles > grid) {
