@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
@@ -89,6 +90,8 @@ HOPPER_PLANTS = [
         ("-DFLASH_SM90_D64_FULL_M=192", "-DFLASH_SM90_D64_FULL_N=192"),
     ),
     ("smem_plant", "flash_fwd_sm90_fp16_hdim128.cu", ("-DFLASH_SM90_STAGES=4",)),
+    # K released as soon as Q K^T is done: ptxas then waits for P V before the softmax.
+    ("overlap_plant", "flash_fwd_sm90_bf16_hdim64.cu", ("-DFLASH_SM90_LATE_K_RELEASE=0",)),
 ]
 # FlashAttention-3's head_dim 64 tiles (192 query rows, three consumer warpgroups at 160
 # registers each; 128 keys), causal and not, must compile without spills too.
@@ -236,6 +239,7 @@ def compile_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
         results: dict[str, Any] = {name: job.result() for name, job in jobs.items()}
     results["stub_path"] = stub
     results["mask_check_path"] = out_dir / "mask_check"
+    results["out_dir"] = out_dir
     return results
 
 
@@ -294,6 +298,59 @@ def test_hopper_kernel_compiles_for_sm90a_without_spills(
         line for line in report.splitlines() if "flash_fwd" in line and "warning" in line
     ]
     assert not own_warnings, "\n".join(own_warnings)
+
+
+def _cuobjdump() -> str:
+    """cuobjdump from the CUDA toolkit, else the one triton bundles; skip without one."""
+    found = shutil.which("cuobjdump")
+    nvcc = cuda_flash.find_nvcc()
+    if found is None and nvcc is not None and (Path(nvcc).parent / "cuobjdump").is_file():
+        found = str(Path(nvcc).parent / "cuobjdump")
+    if found is None:
+        try:
+            import triton.backends.nvidia as nvidia_backend
+
+            bundled = Path(nvidia_backend.__file__).parent / "bin" / "cuobjdump"
+            found = str(bundled) if bundled.is_file() else None
+        except ImportError:
+            found = None
+    if found is None:
+        pytest.skip("no cuobjdump (CUDA toolkit or triton) to read the SASS with")
+    return found
+
+
+def _softmax_between_waits(sass: str) -> dict[str, bool]:
+    """Per non-causal 128-key Hopper kernel in a cuobjdump listing: whether some stretch
+    between a wait that leaves one wgmma group in flight (``WARPGROUP.DEPBAR.LE gsb0,
+    0x1``) and the next wait for all (``0x0``) holds a row's softmax (32 or more
+    ``MUFU.EX2``), the intra-warpgroup overlap as the GPU runs it."""
+    found = {}
+    for function in re.split(r"Function : ", sass)[1:]:
+        name = function.split(maxsplit=1)[0]
+        if not re.search(r"TraitsILi\d+ELi\d+ELi128E.*Lb0E", name):
+            continue
+        best = 0
+        for stretch in re.findall(r"DEPBAR\.LE gsb0, 0x1 ;(.*?)DEPBAR\.LE gsb0, 0x0 ;", function,
+                                  flags=re.S):  # fmt: skip
+            best = max(best, stretch.count("MUFU.EX2"))
+        found[name] = best >= 32
+    return found
+
+
+def test_the_softmax_runs_under_the_p_v_product(compile_results: dict[str, Any]) -> None:
+    results = _hopper_results(compile_results)
+    tool = _cuobjdump()
+    sass = {
+        name: _run([tool, "-sass", str(results["out_dir"] / f"{name}.o")]).stdout
+        for name in ("flash_fwd_sm90_bf16_hdim64", "flash_fwd_sm90_fp16_hdim128", "overlap_plant")
+    }
+    for name in ("flash_fwd_sm90_bf16_hdim64", "flash_fwd_sm90_fp16_hdim128"):
+        kernels = _softmax_between_waits(sass[name])
+        assert kernels and all(kernels.values()), f"{name}: {kernels}"
+    # The K slot released before the softmax, as the kernel did until ptxas was seen
+    # hoisting the wait for P V above it: the check must catch that.
+    plant = _softmax_between_waits(sass["overlap_plant"])
+    assert plant and not any(plant.values()), plant
 
 
 def test_the_spill_check_catches_a_spilling_configuration(compile_results: dict) -> None:

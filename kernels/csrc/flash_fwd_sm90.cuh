@@ -112,6 +112,11 @@
 #ifndef FLASH_SM90_D128_WG_STORE
 #define FLASH_SM90_D128_WG_STORE 0
 #endif
+// A step's K slot released after its softmax (1) or once its Q K^T is done (0); see
+// Traits::kReleaseKAfterSoftmax.
+#ifndef FLASH_SM90_LATE_K_RELEASE
+#define FLASH_SM90_LATE_K_RELEASE 1
+#endif
 #ifndef FLASH_SM90_STAGES
 #define FLASH_SM90_STAGES 2
 #endif
@@ -217,6 +222,12 @@ struct Traits {
   using TiledMmaPVWarpgroup = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
                            GMMA::Major::K, GMMA::Major::MN>()));
+
+  // Where a step releases its K slot: after the softmax (so that the P V product in
+  // flight is waited for only after it, as the intra-warpgroup overlap wants; see the
+  // step in attend_tile), or as soon as Q K^T is done. At 192-key tiles the later release
+  // spills (the K slot's state lives through the softmax), so those keep the early one.
+  static constexpr bool kReleaseKAfterSoftmax = FLASH_SM90_LATE_K_RELEASE && kBlockN == 128;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename cutlass::PipelineState<kStages>;
@@ -717,13 +728,16 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
     gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
     warpgroup_turn_pass<T>();
     warpgroup_wait<1>();
-    pipe_k.consumer_release(read_k);
+    if constexpr (!T::kReleaseKAfterSoftmax) pipe_k.consumer_release(read_k);
     if constexpr (decltype(masked)::value) {
       // Only the causal diagonal: every key of a block before the last is < seq_k.
       apply_mask<T, false, true>(tSrS, thread, seq_k, m_block, n_block - 1);
     }
     softmax.template max<false>(tSrS, p.scale_log2, rescale);
     softmax.template exp_sum<false>(tSrS, p.scale_log2);
+    // Here, not before the softmax: ptxas hoists the wait below up to the closest memory
+    // operation before it, and a K release there made the softmax wait for P V.
+    if constexpr (T::kReleaseKAfterSoftmax) pipe_k.consumer_release(read_k);
     warpgroup_wait<0>();
     pipe_v.consumer_release(read_v);
     ++read_k;
