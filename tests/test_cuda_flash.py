@@ -301,56 +301,64 @@ def test_hopper_kernel_compiles_for_sm90a_without_spills(
 
 
 def _cuobjdump() -> str:
-    """cuobjdump from the CUDA toolkit, else the one triton bundles; skip without one."""
-    found = shutil.which("cuobjdump")
+    """cuobjdump of the CUDA toolkit (CUDA_HOME, beside the real nvcc, PATH), else the one
+    triton bundles. None in CI fails the test (it is how CI reads the SASS); else skip."""
     nvcc = cuda_flash.find_nvcc()
-    if found is None and nvcc is not None and (Path(nvcc).parent / "cuobjdump").is_file():
-        found = str(Path(nvcc).parent / "cuobjdump")
-    if found is None:
-        try:
-            import triton.backends.nvidia as nvidia_backend
+    candidates = [Path(os.environ.get("CUDA_HOME", "/nonexistent")) / "bin" / "cuobjdump"]
+    if nvcc is not None:
+        candidates.append(Path(nvcc).resolve().parent / "cuobjdump")
+    if found := shutil.which("cuobjdump"):
+        candidates.append(Path(found))
+    try:
+        import triton.backends.nvidia as nvidia_backend
 
-            bundled = Path(nvidia_backend.__file__).parent / "bin" / "cuobjdump"
-            found = str(bundled) if bundled.is_file() else None
-        except ImportError:
-            found = None
-    if found is None:
-        pytest.skip("no cuobjdump (CUDA toolkit or triton) to read the SASS with")
-    return found
+        candidates.append(Path(nvidia_backend.__file__).parent / "bin" / "cuobjdump")
+    except ImportError:
+        pass
+    for candidate in candidates:
+        if candidate.is_file():
+            return str(candidate)
+    reason = "no cuobjdump (CUDA toolkit or triton) to read the SASS with"
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
 
 
-def _softmax_between_waits(sass: str) -> dict[str, bool]:
-    """Per non-causal 128-key Hopper kernel in a cuobjdump listing: whether some stretch
-    between a wait that leaves one wgmma group in flight (``WARPGROUP.DEPBAR.LE gsb0,
-    0x1``) and the next wait for all (``0x0``) holds a row's softmax (32 or more
-    ``MUFU.EX2``), the intra-warpgroup overlap as the GPU runs it."""
+def _softmax_between_waits(sass: str) -> dict[str, int]:
+    """Per 128-key Hopper kernel in a cuobjdump listing: the most ``MUFU.EX2`` in a
+    stretch between a wait that leaves one wgmma group in flight (``WARPGROUP.DEPBAR.LE
+    gsb0, 0x1``) and the next wait for all (``0x0``): a whole tile's softmax there (64
+    exponentials a thread: two rows of 32) is the intra-warpgroup overlap as the GPU
+    runs it."""
     found = {}
     for function in re.split(r"Function : ", sass)[1:]:
         name = function.split(maxsplit=1)[0]
-        if not re.search(r"TraitsILi\d+ELi\d+ELi128E.*Lb0E", name):
+        if not re.search(r"TraitsILi\d+ELi\d+ELi128E", name):
             continue
-        best = 0
-        for stretch in re.findall(r"DEPBAR\.LE gsb0, 0x1 ;(.*?)DEPBAR\.LE gsb0, 0x0 ;", function,
-                                  flags=re.S):  # fmt: skip
-            best = max(best, stretch.count("MUFU.EX2"))
-        found[name] = best >= 32
+        stretches = re.findall(r"DEPBAR\.LE gsb0, 0x1 ;(.*?)DEPBAR\.LE gsb0, 0x0 ;", function,
+                               flags=re.S)  # fmt: skip
+        found[name] = max((stretch.count("MUFU.EX2") for stretch in stretches), default=0)
     return found
 
 
 def test_the_softmax_runs_under_the_p_v_product(compile_results: dict[str, Any]) -> None:
     results = _hopper_results(compile_results)
     tool = _cuobjdump()
-    sass = {
-        name: _run([tool, "-sass", str(results["out_dir"] / f"{name}.o")]).stdout
-        for name in ("flash_fwd_sm90_bf16_hdim64", "flash_fwd_sm90_fp16_hdim128", "overlap_plant")
-    }
+    sass = {}
+    for name in ("flash_fwd_sm90_bf16_hdim64", "flash_fwd_sm90_fp16_hdim128", "overlap_plant"):
+        built = results[f"{name}.cu" if name != "overlap_plant" else name]
+        assert built.returncode == 0, f"{name}: {_output(built)}"
+        listing = _run([tool, "-sass", str(results["out_dir"] / f"{name}.o")])
+        assert listing.returncode == 0, f"{tool} on {name}.o: {_output(listing)}"
+        sass[name] = listing.stdout
     for name in ("flash_fwd_sm90_bf16_hdim64", "flash_fwd_sm90_fp16_hdim128"):
         kernels = _softmax_between_waits(sass[name])
-        assert kernels and all(kernels.values()), f"{name}: {kernels}"
+        # causal and not (and at head_dim 128 on one CTA and on clusters of two)
+        assert len(kernels) >= 2 and min(kernels.values()) >= 64, f"{name}: {kernels}"
     # The K slot released before the softmax, as the kernel did until ptxas was seen
     # hoisting the wait for P V above it: the check must catch that.
     plant = _softmax_between_waits(sass["overlap_plant"])
-    assert plant and not any(plant.values()), plant
+    assert plant and max(plant.values()) < 64, plant
 
 
 def test_the_spill_check_catches_a_spilling_configuration(compile_results: dict) -> None:

@@ -30,6 +30,9 @@
 //      - inter-warpgroup ("ping-pong"): named barriers order the warpgroups' matrix
 //        products so one warpgroup's softmax runs while the other's products run.
 //    kIntraWarpgroupOverlap and kPingPong below turn each off (for the guard's tests).
+//    The first runs as written only at 128-key tiles: ptxas waits for P V before the
+//    softmax when the K slot is released between them (Traits::kReleaseKAfterSoftmax), as
+//    192-key tiles (head_dim 128 non-causal above 2048 keys) still do.
 //  * Epilogue: O / rowsum in registers -> fp16/bf16 -> shared memory (stmatrix) ->
 //    global memory by a TMA store, which clips rows past seq_q. At head_dim 64 each
 //    warpgroup stores its 64 rows by itself (O has a buffer of its own there); else the
@@ -226,7 +229,9 @@ struct Traits {
   // Where a step releases its K slot: after the softmax (so that the P V product in
   // flight is waited for only after it, as the intra-warpgroup overlap wants; see the
   // step in attend_tile), or as soon as Q K^T is done. At 192-key tiles the later release
-  // spills (the K slot's state lives through the softmax), so those keep the early one.
+  // spills (the K slot's state lives through the softmax), so those keep the early one,
+  // and ptxas waits for P V before their softmax: no intra-warpgroup overlap there (tried
+  // with the spill: no faster at 4k and 16k, docs/PERFORMANCE.md).
   static constexpr bool kReleaseKAfterSoftmax = FLASH_SM90_LATE_K_RELEASE && kBlockN == 128;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
