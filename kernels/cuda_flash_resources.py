@@ -157,11 +157,16 @@ _MACRO = re.compile(r"#define\s+(FLASH_SM90_\w+)\s+(\d+)")
 _MIN_WORK = re.compile(r"kHopperMinWork\s*=\s*1LL\s*<<\s*(\d+)")
 
 
+def _header_macros(source: str) -> dict[str, int]:
+    """The header's ``#define FLASH_SM90_* <number>`` defaults."""
+    return {name: int(value) for name, value in _MACRO.findall(source)}
+
+
 def hopper_cluster(source: str, head_dim: int, causal: bool, seq_q: int, seq_k: int) -> int:
     """CTAs per cluster the launcher picks: two on head_dim 128 non-causal where the
     row blocks pair up and, where O shares the V ring, a tile has more key blocks than
     the ring has stages (``launch_full_tiles`` in the header), else one."""
-    m = {name: int(value) for name, value in _MACRO.findall(source)}
+    m = _header_macros(source)
     cluster = m.get("FLASH_SM90_D128_CLUSTER", 1)
     if head_dim != 128 or causal or cluster == 1 or -(-seq_q // 128) % cluster != 0:
         return 1
@@ -172,7 +177,7 @@ def hopper_cluster(source: str, head_dim: int, causal: bool, seq_q: int, seq_k: 
 
 def hopper_tile(source: str, head_dim: int, causal: bool, seq_k: int) -> tuple[int, int, int]:
     """(rows of Q, keys per step, stages) the launcher picks, from the header's defaults."""
-    m = {name: int(value) for name, value in _MACRO.findall(source)}
+    m = _header_macros(source)
     # A head_dim's own ring depth where the header sets one, else the common one.
     stages = m.get(f"FLASH_SM90_D{head_dim}_STAGES", m["FLASH_SM90_STAGES"])
     if head_dim == 64:

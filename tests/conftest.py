@@ -28,6 +28,15 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
+# Kernel tests draw fresh inputs every run: their seeds are offset by one drawn per
+# session (ATTN_GUARD_TEST_SEED replays a run), which pytest's header prints.
+KERNEL_SEED = int(os.environ.get("ATTN_GUARD_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+
+
+def pytest_report_header() -> str:
+    return f"kernel test inputs: ATTN_GUARD_TEST_SEED={KERNEL_SEED}"
+
+
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
                  "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}  # fmt: skip
 

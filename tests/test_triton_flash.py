@@ -37,6 +37,8 @@ import torch.nn.functional as F  # noqa: E402
 
 pytest.importorskip("triton")
 
+from conftest import KERNEL_SEED  # noqa: E402
+
 from kernels import flash_launch, flash_plan  # noqa: E402
 from kernels import triton_flash as tf  # noqa: E402
 from kernels import triton_flash_fwd as entry  # noqa: E402
@@ -65,7 +67,7 @@ def _randn(*shape: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tenso
 
 
 def _qkv(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, dtype, seed=0):
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed + KERNEL_SEED)
     q = _randn(batch, heads_q, seq_q, head_dim, dtype=dtype, gen=gen)
     k = _randn(batch, heads_kv, seq_k, head_dim, dtype=dtype, gen=gen)
     v = _randn(batch, heads_kv, seq_k, head_dim, dtype=dtype, gen=gen)
@@ -161,7 +163,7 @@ def test_out_buffer_with_strides():
 def test_strided_inputs(causal):
     # (batch, seq, heads, dim) storage, as many models keep it, and a last dimension
     # with stride 2 (copied by the launcher).
-    gen = torch.Generator().manual_seed(1)
+    gen = torch.Generator().manual_seed(1 + KERNEL_SEED)
     q = _randn(2, 19, 4, 32, dtype=torch.float16, gen=gen).transpose(1, 2)
     k = _randn(2, 23, 2, 32, dtype=torch.float16, gen=gen).transpose(1, 2)
     v = _randn(2, 2, 23, 64, dtype=torch.float16, gen=gen)[..., ::2]
@@ -191,7 +193,7 @@ def test_no_queries_gives_empty():
 
 def _bad_inputs():
     def make(q=(1, 2, 8, 32), k=(1, 2, 8, 32), v=(1, 2, 8, 32), dtype=torch.float16):
-        gen = torch.Generator().manual_seed(0)
+        gen = torch.Generator().manual_seed(KERNEL_SEED)
         return {
             "q": _randn(*q, dtype=dtype, gen=gen),
             "k": _randn(*k, dtype=dtype, gen=gen),

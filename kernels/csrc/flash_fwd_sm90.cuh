@@ -1054,7 +1054,7 @@ cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
   p.group_bh = pairs < 1.0 ? 1 : (pairs > bh_total ? bh_total : static_cast<int>(pairs));
   p.first_group = bh_total - (bh_total - 1) / p.group_bh * p.group_bh;
   if constexpr (T::kClusterM > 1) {
-    // Non-causal, an even number of row blocks (launch_full checks): with the static
+    // Non-causal, an even number of row blocks (launch_full_tiles checks): with the static
     // stride over an even grid, the CTAs of a cluster take row blocks 2i and 2i + 1 of
     // one head, with the same key range, and the same number of tiles.
     static_assert(!kCausal, "clusters take non-causal tiles only");
