@@ -180,13 +180,15 @@ def hopper_tile(source: str, head_dim: int, causal: bool, seq_k: int) -> tuple[i
     m = _header_macros(source)
     # A head_dim's own ring depth where the header sets one, else the common one.
     stages = m.get(f"FLASH_SM90_D{head_dim}_STAGES", m["FLASH_SM90_STAGES"])
-    if head_dim == 64:
-        kind = "CAUSAL" if causal else "FULL"
-        return m[f"FLASH_SM90_D64_{kind}_M"], m[f"FLASH_SM90_D64_{kind}_N"], stages
+    if head_dim == 64 and causal:
+        return m["FLASH_SM90_D64_CAUSAL_M"], m["FLASH_SM90_D64_CAUSAL_N"], stages
     if causal:
         return 128, m["FLASH_SM90_D128_CAUSAL_N"], stages
-    short = seq_k <= m["FLASH_SM90_D128_SHORT_K"]
-    return 128, m["FLASH_SM90_D128_FULL_SHORT_N" if short else "FLASH_SM90_D128_FULL_N"], stages
+    # Non-causal: the key tile by seq_k (``launch_full`` and the head_dim 64 dispatch).
+    d = f"FLASH_SM90_D{head_dim}"
+    block_m = m[f"{d}_FULL_M"] if head_dim == 64 else 128
+    short = seq_k <= m[f"{d}_SHORT_K"]
+    return block_m, m[f"{d}_FULL_SHORT_N" if short else f"{d}_FULL_N"], stages
 
 
 def hopper_shared_bytes(head_dim: int, block_m: int, block_n: int, stages: int) -> int:

@@ -100,7 +100,11 @@ HOPPER_VARIANTS = [
     (
         "d64_192x128",
         "flash_fwd_sm90_fp16_hdim64.cu",
-        ("-DFLASH_SM90_D64_CAUSAL_M=192", "-DFLASH_SM90_D64_FULL_M=192"),
+        (
+            "-DFLASH_SM90_D64_CAUSAL_M=192",
+            "-DFLASH_SM90_D64_FULL_M=192",
+            "-DFLASH_SM90_D64_FULL_N=128",
+        ),
     ),
 ]
 
@@ -326,7 +330,8 @@ def _cuobjdump() -> str:
 
 
 def _softmax_between_waits(sass: str) -> dict[str, int]:
-    """Per 128-key Hopper kernel in a cuobjdump listing: the most ``MUFU.EX2`` in a
+    """Per Hopper kernel of 128-key tiles or head_dim 64 (those that release K after the
+    softmax: ``Traits::kReleaseKAfterSoftmax``) in a cuobjdump listing: the most ``MUFU.EX2`` in a
     stretch between a wait that leaves one wgmma group in flight (``WARPGROUP.DEPBAR.LE
     gsb0, 0x1``) and the next wait for all (``0x0``): a whole tile's softmax there (64
     exponentials a thread: two rows of 32) is the intra-warpgroup overlap as the GPU
@@ -334,7 +339,7 @@ def _softmax_between_waits(sass: str) -> dict[str, int]:
     found = {}
     for function in re.split(r"Function : ", sass)[1:]:
         name = function.split(maxsplit=1)[0]
-        if not re.search(r"TraitsILi\d+ELi\d+ELi128E", name):
+        if not re.search(r"TraitsILi64E|TraitsILi\d+ELi\d+ELi128E", name):
             continue
         stretches = re.findall(r"DEPBAR\.LE gsb0, 0x1 ;(.*?)DEPBAR\.LE gsb0, 0x0 ;", function,
                                flags=re.S)  # fmt: skip
@@ -359,8 +364,9 @@ def test_the_softmax_runs_under_the_p_v_product(compile_results: dict[str, Any])
         sass[name] = listing.stdout
     for name in ("flash_fwd_sm90_bf16_hdim64", "flash_fwd_sm90_fp16_hdim128"):
         kernels = _softmax_between_waits(sass[name])
-        # causal and not (and at head_dim 128 on one CTA and on clusters of two)
-        assert len(kernels) >= 2 and min(kernels.values()) >= 64, f"{name}: {kernels}"
+        # causal and not (head_dim 64 non-causal with 128 and 192 keys; head_dim 128 on
+        # one CTA and on clusters of two)
+        assert len(kernels) >= 3 and min(kernels.values()) >= 64, f"{name}: {kernels}"
     # The K slot released before the softmax, as the kernel did until ptxas was seen
     # hoisting the wait for P V above it: the check must catch that.
     plant = _softmax_between_waits(sass["overlap_plant"])
@@ -448,6 +454,13 @@ def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
     record64 = res.hopper_records(report64, causal64, header)[0]
     assert record64["num_stages"] == 3  # head_dim 64's own ring depth
     assert record64["shared_bytes"] == 2 * 16384 + 2 * 3 * 128 * 64 * 2 + 16384 + 1024
+    # Non-causal head_dim 64: 192 keys a step above 1024 keys, 128 up to there.
+    for seq, keys in [(2048, 192), (1024, 128)]:
+        full64 = {"shape": [4, 16, seq, 64], "dtype": "bfloat16", "causal": False}
+        record = res.hopper_records(report64, full64, header)[0]
+        assert (record["config"]["BLOCK_M"], record["config"]["BLOCK_N"]) == (128, keys)
+        assert record["shared_bytes"] == 2 * 16384 + 2 * 3 * keys * 64 * 2 + 16384 + 1024
+        assert record["spill_store_bytes"] == 0
     flash_h = (cuda_flash.CSRC / "flash_fwd.h").read_text()
     assert res.uses_hopper_kernel(short, "sm_90", flash_h)
     assert not res.uses_hopper_kernel(short, "sm_80", flash_h)

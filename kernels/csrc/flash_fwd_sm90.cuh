@@ -30,9 +30,11 @@
 //      - inter-warpgroup ("ping-pong"): named barriers order the warpgroups' matrix
 //        products so one warpgroup's softmax runs while the other's products run.
 //    kIntraWarpgroupOverlap and kPingPong below turn each off (for the guard's tests).
-//    The first runs as written only at 128-key tiles: ptxas waits for P V before the
-//    softmax when the K slot is released between them (Traits::kReleaseKAfterSoftmax), as
-//    192-key tiles (head_dim 128 non-causal above 2048 keys) still do.
+//    The first runs as written at 128-key tiles and at head_dim 64: ptxas waits for P V
+//    before the softmax when the K slot is released between them
+//    (Traits::kReleaseKAfterSoftmax), as head_dim 128's 192-key tiles (non-causal above
+//    2048 keys) still do. O is rescaled by a step's new maxima once its P V is done, out
+//    of the warpgroups' turn (Traits::kRescaleAfterPV).
 //  * Epilogue: O / rowsum in registers -> fp16/bf16 -> shared memory (stmatrix) ->
 //    global memory by a TMA store, which clips rows past seq_q. At head_dim 64 each
 //    warpgroup stores its 64 rows by itself (O has a buffer of its own there); else the
@@ -65,7 +67,13 @@
 #define FLASH_SM90_D64_FULL_M 128
 #endif
 #ifndef FLASH_SM90_D64_FULL_N
-#define FLASH_SM90_D64_FULL_N 128
+#define FLASH_SM90_D64_FULL_N 192  // long key axes
+#endif
+#ifndef FLASH_SM90_D64_FULL_SHORT_N
+#define FLASH_SM90_D64_FULL_SHORT_N 128  // seq_k <= FLASH_SM90_D64_SHORT_K
+#endif
+#ifndef FLASH_SM90_D64_SHORT_K
+#define FLASH_SM90_D64_SHORT_K 1024
 #endif
 #ifndef FLASH_SM90_D64_CAUSAL_M
 #define FLASH_SM90_D64_CAUSAL_M 128
@@ -119,6 +127,11 @@
 // Traits::kReleaseKAfterSoftmax.
 #ifndef FLASH_SM90_LATE_K_RELEASE
 #define FLASH_SM90_LATE_K_RELEASE 1
+#endif
+// O rescaled once a step's P V is done (1) or just before the next one (0); see
+// Traits::kRescaleAfterPV.
+#ifndef FLASH_SM90_RESCALE_AFTER_PV
+#define FLASH_SM90_RESCALE_AFTER_PV 1
 #endif
 #ifndef FLASH_SM90_STAGES
 #define FLASH_SM90_STAGES 2
@@ -228,11 +241,20 @@ struct Traits {
 
   // Where a step releases its K slot: after the softmax (so that the P V product in
   // flight is waited for only after it, as the intra-warpgroup overlap wants; see the
-  // step in attend_tile), or as soon as Q K^T is done. At 192-key tiles the later release
-  // spills (the K slot's state lives through the softmax), so those keep the early one,
-  // and ptxas waits for P V before their softmax: no intra-warpgroup overlap there (tried
-  // with the spill: no faster at 4k and 16k, docs/PERFORMANCE.md).
-  static constexpr bool kReleaseKAfterSoftmax = FLASH_SM90_LATE_K_RELEASE && kBlockN == 128;
+  // step in attend_tile), or as soon as Q K^T is done. At head_dim 128's 192-key tiles
+  // the overlap spills 4 bytes on clusters (S of the next step, P and O live at once),
+  // so those keep the early one, and ptxas waits for P V before their softmax: no
+  // intra-warpgroup overlap there (tried with the spill: no faster at 4k and 16k,
+  // docs/PERFORMANCE.md). Head_dim 64's 192-key tiles have the registers.
+  static constexpr bool kReleaseKAfterSoftmax =
+      FLASH_SM90_LATE_K_RELEASE && (kBlockN == 128 || kHeadDim == 64);
+  // Where O is rescaled by a step's new row maxima: once the step's P V product is done
+  // (1: out of the warpgroups' turn at the tensor cores, so the other warpgroup's turn
+  // comes sooner), or just before the next P V is issued, inside the turn (0, as
+  // FlashAttention-3). Three consumer warpgroups (160 registers each) keep the latter:
+  // the former spills there.
+  static constexpr bool kRescaleAfterPV =
+      FLASH_SM90_RESCALE_AFTER_PV && kConsumerWarpgroups == 2;
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename cutlass::PipelineState<kStages>;
@@ -340,6 +362,10 @@ CUTLASS_DEVICE auto acc_as_a_operand(Layout l) {
                      make_layout(get<2, 1>(d), get<2>(l)));
 }
 
+// A view of a local array (FlashAttention-3's convert_type_unsafe): valid only because
+// every caller is inlined and uses it within one expression or block. An owning copy
+// measured 10-20% slower (H100, docs/PERFORMANCE.md), and a consumer loop restructured
+// so that P outlived the expression gave wrong P V products with this view.
 template <typename To, typename Engine, typename Layout>
 CUTLASS_DEVICE auto convert_type(Tensor<Engine, Layout> const& t) {
   using From = typename Engine::value_type;
@@ -728,7 +754,7 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
     warpgroup_turn_wait<T>();
     gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, read_k.index()), tSrS);
     if constexpr (!kIntraWarpgroupOverlap) warpgroup_wait<0>();
-    SM::rescale_o(tOrO, rescale);
+    if constexpr (!T::kRescaleAfterPV) SM::rescale_o(tOrO, rescale);
     wait(pipe_v, read_v);
     gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
     warpgroup_turn_pass<T>();
@@ -745,6 +771,7 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
     if constexpr (T::kReleaseKAfterSoftmax) pipe_k.consumer_release(read_k);
     warpgroup_wait<0>();
     pipe_v.consumer_release(read_v);
+    if constexpr (T::kRescaleAfterPV) SM::rescale_o(tOrO, rescale);
     ++read_k;
     ++read_v;
     cute::copy(make_tensor(convert_type<typename T::Element>(tSrS).data(),
@@ -767,7 +794,7 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
 
   // Q is no longer read: the producer may load a later tile's into its buffer.
   bar_arrive(query_empty_bar(q_stage), T::kMmaThreads + 32);
-  SM::rescale_o(tOrO, rescale);
+  if constexpr (!T::kRescaleAfterPV) SM::rescale_o(tOrO, rescale);
   wait(pipe_v, read_v);
   gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
   softmax.finalize(rescale);
@@ -1105,8 +1132,10 @@ cudaError_t launch_full(const FlashFwdParams& p, cudaStream_t stream) {
     using namespace flash_sm90;                                                            \
     if constexpr (HEAD_DIM == 64) {                                                        \
       constexpr int S = FLASH_SM90_D64_STAGES;                                             \
-      return p.causal ? launch<Traits<64, FLASH_SM90_D64_CAUSAL_M, FLASH_SM90_D64_CAUSAL_N, S, ELEMENT>, true>(p, stream) \
-                      : launch<Traits<64, FLASH_SM90_D64_FULL_M, FLASH_SM90_D64_FULL_N, S, ELEMENT>, false>(p, stream); \
+      if (p.causal) return launch<Traits<64, FLASH_SM90_D64_CAUSAL_M, FLASH_SM90_D64_CAUSAL_N, S, ELEMENT>, true>(p, stream); \
+      return p.seq_k <= FLASH_SM90_D64_SHORT_K                                             \
+                 ? launch<Traits<64, FLASH_SM90_D64_FULL_M, FLASH_SM90_D64_FULL_SHORT_N, S, ELEMENT>, false>(p, stream) \
+                 : launch<Traits<64, FLASH_SM90_D64_FULL_M, FLASH_SM90_D64_FULL_N, S, ELEMENT>, false>(p, stream); \
     } else {                                                                               \
       constexpr int S = FLASH_SM90_D128_STAGES;                                            \
       return p.causal                                                                      \
