@@ -22,7 +22,7 @@ import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kernels import cuda_flash
 from kernels.ptxas import (
@@ -157,6 +157,26 @@ _MACRO = re.compile(r"#define\s+(FLASH_SM90_\w+)\s+(\d+)")
 _MIN_WORK = re.compile(r"kHopperMinWork\s*=\s*1LL\s*<<\s*(\d+)")
 
 
+class HopperInstance(NamedTuple):
+    """The template arguments of one ``flash_fwd_sm90_kernel<Traits<...>, causal>``."""
+
+    head_dim: int
+    block_m: int
+    block_n: int
+    stages: int
+    element: str  # CUTLASS's type name: half_t, bfloat16_t
+    cluster: int
+    causal: bool
+
+
+def hopper_instantiation(symbol: str) -> HopperInstance | None:
+    """The template arguments of a mangled Hopper kernel name (ptxas's or cuobjdump's)."""
+    m = _SM90_INSTANCE.search(symbol)
+    if m is None:
+        return None
+    return HopperInstance(int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5], int(m[6]), m[7] == "1")
+
+
 def _header_macros(source: str) -> dict[str, int]:
     """The header's ``#define FLASH_SM90_* <number>`` defaults."""
     return {name: int(value) for name, value in _MACRO.findall(source)}
@@ -184,7 +204,7 @@ def hopper_tile(source: str, head_dim: int, causal: bool, seq_k: int) -> tuple[i
         return m["FLASH_SM90_D64_CAUSAL_M"], m["FLASH_SM90_D64_CAUSAL_N"], stages
     if causal:
         return 128, m["FLASH_SM90_D128_CAUSAL_N"], stages
-    # Non-causal: the key tile by seq_k (``launch_full`` and the head_dim 64 dispatch).
+    # Non-causal: the key tile by seq_k (``launch_full``).
     d = f"FLASH_SM90_D{head_dim}"
     block_m = m[f"{d}_FULL_M"] if head_dim == 64 else 128
     short = seq_k <= m[f"{d}_SHORT_K"]
@@ -237,13 +257,10 @@ def hopper_records(
     causal = bool(params.get("causal", False))
     block_m, block_n, stages = hopper_tile(source, head_dim, causal, seq_k)
     cluster = hopper_cluster(source, head_dim, causal, seq_q, seq_k)
-    wanted = (head_dim, block_m, block_n, stages, _SM90_ELEMENTS[dtype], cluster, causal)
-    found = [
-        e
-        for e in parse_ptxas(text)
-        if (m := _SM90_INSTANCE.search(e.symbol))
-        and (int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5], int(m[6]), m[7] == "1") == wanted
-    ]
+    wanted = HopperInstance(
+        head_dim, block_m, block_n, stages, _SM90_ELEMENTS[dtype], cluster, causal
+    )
+    found = [e for e in parse_ptxas(text) if hopper_instantiation(e.symbol) == wanted]
     if not found:
         raise RuntimeError(f"no ptxas entry for the Hopper kernel {wanted} in:\n{text[-2000:]}")
     entry = found[0]

@@ -26,6 +26,7 @@ import torch
 from conftest import KERNEL_SEED
 
 from kernels import cuda_flash
+from kernels import cuda_flash_resources as res
 from kernels.reference import attention_reference
 from kernels.sdpa import sdpa_default
 
@@ -330,16 +331,17 @@ def _cuobjdump() -> str:
 
 
 def _softmax_between_waits(sass: str) -> dict[str, int]:
-    """Per Hopper kernel of 128-key tiles or head_dim 64 (those that release K after the
-    softmax: ``Traits::kReleaseKAfterSoftmax``) in a cuobjdump listing: the most ``MUFU.EX2`` in a
+    """Per Hopper kernel that releases K after the softmax (``Traits::kReleaseKAfterSoftmax``:
+    head_dim 64, and 128-key tiles) in a cuobjdump listing: the most ``MUFU.EX2`` in a
     stretch between a wait that leaves one wgmma group in flight (``WARPGROUP.DEPBAR.LE
-    gsb0, 0x1``) and the next wait for all (``0x0``): a whole tile's softmax there (64
-    exponentials a thread: two rows of 32) is the intra-warpgroup overlap as the GPU
-    runs it."""
+    gsb0, 0x1``) and the next wait for all (``0x0``): a whole tile's softmax there (at
+    least 64 exponentials a thread: two rows of 32 keys or more) is the intra-warpgroup
+    overlap as the GPU runs it."""
     found = {}
     for function in re.split(r"Function : ", sass)[1:]:
         name = function.split(maxsplit=1)[0]
-        if not re.search(r"TraitsILi64E|TraitsILi\d+ELi\d+ELi128E", name):
+        kernel = res.hopper_instantiation(name)
+        if kernel is None or not (kernel.head_dim == 64 or kernel.block_n == 128):
             continue
         stretches = re.findall(r"DEPBAR\.LE gsb0, 0x1 ;(.*?)DEPBAR\.LE gsb0, 0x0 ;", function,
                                flags=re.S)  # fmt: skip
@@ -412,8 +414,6 @@ def test_shared_memory_beyond_the_limit_fails_the_build(compile_results: dict) -
 def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
     compile_results: dict,
 ) -> None:
-    from kernels import cuda_flash_resources as res
-
     report = _output(_hopper_results(compile_results)["flash_fwd_sm90_fp16_hdim128.cu"])
     header = cuda_flash.HOPPER_KERNEL_HEADER.read_text()
     short = {"shape": [2, 8, 2048, 128], "dtype": "float16", "causal": False}

@@ -1114,13 +1114,20 @@ cudaError_t launch_full_tiles(const FlashFwdParams& p, cudaStream_t stream) {
                 : launch<Traits<kHeadDim, 128, kBlockN, kStages, Element>, false>(p, stream);
 }
 
-// Head_dim 128 non-causal: the key tile by seq_k.
+// Non-causal: the key tile by seq_k (head_dim 64 on one CTA, 128 as launch_full_tiles picks).
 template <int kHeadDim, int kStages, typename Element>
 cudaError_t launch_full(const FlashFwdParams& p, cudaStream_t stream) {
-  if (p.seq_k <= FLASH_SM90_D128_SHORT_K) {
-    return launch_full_tiles<kHeadDim, FLASH_SM90_D128_FULL_SHORT_N, kStages, Element>(p, stream);
+  if constexpr (kHeadDim == 64) {
+    using Short = Traits<64, FLASH_SM90_D64_FULL_M, FLASH_SM90_D64_FULL_SHORT_N, kStages, Element>;
+    using Long = Traits<64, FLASH_SM90_D64_FULL_M, FLASH_SM90_D64_FULL_N, kStages, Element>;
+    return p.seq_k <= FLASH_SM90_D64_SHORT_K ? launch<Short, false>(p, stream)
+                                             : launch<Long, false>(p, stream);
+  } else {
+    if (p.seq_k <= FLASH_SM90_D128_SHORT_K) {
+      return launch_full_tiles<kHeadDim, FLASH_SM90_D128_FULL_SHORT_N, kStages, Element>(p, stream);
+    }
+    return launch_full_tiles<kHeadDim, FLASH_SM90_D128_FULL_N, kStages, Element>(p, stream);
   }
-  return launch_full_tiles<kHeadDim, FLASH_SM90_D128_FULL_N, kStages, Element>(p, stream);
 }
 
 }  // namespace flash_sm90
@@ -1132,10 +1139,8 @@ cudaError_t launch_full(const FlashFwdParams& p, cudaStream_t stream) {
     using namespace flash_sm90;                                                            \
     if constexpr (HEAD_DIM == 64) {                                                        \
       constexpr int S = FLASH_SM90_D64_STAGES;                                             \
-      if (p.causal) return launch<Traits<64, FLASH_SM90_D64_CAUSAL_M, FLASH_SM90_D64_CAUSAL_N, S, ELEMENT>, true>(p, stream); \
-      return p.seq_k <= FLASH_SM90_D64_SHORT_K                                             \
-                 ? launch<Traits<64, FLASH_SM90_D64_FULL_M, FLASH_SM90_D64_FULL_SHORT_N, S, ELEMENT>, false>(p, stream) \
-                 : launch<Traits<64, FLASH_SM90_D64_FULL_M, FLASH_SM90_D64_FULL_N, S, ELEMENT>, false>(p, stream); \
+      return p.causal ? launch<Traits<64, FLASH_SM90_D64_CAUSAL_M, FLASH_SM90_D64_CAUSAL_N, S, ELEMENT>, true>(p, stream) \
+                      : launch_full<64, S, ELEMENT>(p, stream);                              \
     } else {                                                                               \
       constexpr int S = FLASH_SM90_D128_STAGES;                                            \
       return p.causal                                                                      \
