@@ -150,7 +150,7 @@ def records_from_report(
 
 _SM90_INSTANCE = re.compile(
     r"flash_fwd_sm90_kernelINS_6TraitsILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EN7cutlass\d+(\w+?)"
-    r"ELi(\d+)EEELb([01])E"
+    r"ELi(\d+)ELi(\d+)EEELb([01])E"
 )
 _SM90_ELEMENTS = {"float16": "half_t", "bfloat16": "bfloat16_t"}
 _MACRO = re.compile(r"#define\s+(FLASH_SM90_\w+)\s+(\d+)")
@@ -166,6 +166,7 @@ class HopperInstance(NamedTuple):
     stages: int
     element: str  # CUTLASS's type name: half_t, bfloat16_t
     cluster: int
+    last_keys: int  # keys the last key block's products run on (block_n, or fewer)
     causal: bool
 
 
@@ -174,7 +175,9 @@ def hopper_instantiation(symbol: str) -> HopperInstance | None:
     m = _SM90_INSTANCE.search(symbol)
     if m is None:
         return None
-    return HopperInstance(int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5], int(m[6]), m[7] == "1")
+    return HopperInstance(
+        int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5], int(m[6]), int(m[7]), m[8] == "1"
+    )
 
 
 def _header_macros(source: str) -> dict[str, int]:
@@ -209,6 +212,20 @@ def hopper_tile(source: str, head_dim: int, causal: bool, seq_k: int) -> tuple[i
     block_m = m[f"{d}_FULL_M"] if head_dim == 64 else 128
     short = seq_k <= m[f"{d}_SHORT_K"]
     return block_m, m[f"{d}_FULL_SHORT_N" if short else f"{d}_FULL_N"], stages
+
+
+def hopper_last_keys(source: str, causal: bool, seq_k: int, block_n: int) -> int:
+    """Keys the last (ragged) key block's products run on (``with_last_keys`` in the
+    header): at 192-key non-causal tiles 64 or 128 where that block's keys fit there and
+    the tile has another block, else every key of the step."""
+    if causal or block_n != 192 or not _header_macros(source).get("FLASH_SM90_NARROW_LAST_BLOCK"):
+        return block_n
+    last = seq_k - (seq_k - 1) // block_n * block_n
+    if seq_k > block_n and last <= 64:
+        return 64
+    if seq_k > block_n and last <= 128:
+        return 128
+    return block_n
 
 
 def hopper_shared_bytes(head_dim: int, block_m: int, block_n: int, stages: int) -> int:
@@ -257,8 +274,9 @@ def hopper_records(
     causal = bool(params.get("causal", False))
     block_m, block_n, stages = hopper_tile(source, head_dim, causal, seq_k)
     cluster = hopper_cluster(source, head_dim, causal, seq_q, seq_k)
+    last_keys = hopper_last_keys(source, causal, seq_k, block_n)
     wanted = HopperInstance(
-        head_dim, block_m, block_n, stages, _SM90_ELEMENTS[dtype], cluster, causal
+        head_dim, block_m, block_n, stages, _SM90_ELEMENTS[dtype], cluster, last_keys, causal
     )
     found = [e for e in parse_ptxas(text) if hopper_instantiation(e.symbol) == wanted]
     if not found:
@@ -269,7 +287,9 @@ def hopper_records(
         {
             "arch": "sm_90",
             "kernel": f"flash_fwd_sm90_kernel<{head_dim}, {block_m}x{block_n}, {element}, "
-            f"{str(causal).lower()}>" + (f" on clusters of {cluster}" if cluster > 1 else ""),
+            f"{str(causal).lower()}>"
+            + (f", last key block on {last_keys}" if last_keys < block_n else "")
+            + (f" on clusters of {cluster}" if cluster > 1 else ""),
             "registers": entry.registers,
             "spill_store_bytes": entry.spill_store_bytes,
             "spill_load_bytes": entry.spill_load_bytes,
@@ -285,6 +305,7 @@ def hopper_records(
                 "target": entry.target,
                 "schedule": "persistent",
                 **({"CLUSTER": cluster} if cluster > 1 else {}),
+                **({"LAST_KEYS": last_keys} if last_keys < block_n else {}),
             },
             "path": "hopper-wgmma-tma",
             "toolchain": toolchain,

@@ -429,7 +429,20 @@ def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
     assert [r["config"].get("CLUSTER", 1) for r in records] == [2, 2, 1]
     assert records[0]["kernel"].endswith("on clusters of 2")
     odd = {"shape": [2, 16, 4097, 128], "dtype": "float16", "causal": False}
-    assert "CLUSTER" not in res.hopper_records(report, odd, header)[0]["config"]
+    odd_config = res.hopper_records(report, odd, header)[0]["config"]
+    assert "CLUSTER" not in odd_config
+    # The ragged last key block's products: 16384 = 85 x 192 + 64 keys, 4097 = 21 x 192 + 65.
+    assert records[1]["config"]["LAST_KEYS"] == 64 and odd_config["LAST_KEYS"] == 128
+    assert "LAST_KEYS" not in records[0]["config"]  # 128-key steps, none ragged
+    # One block only; a last block of 1, 64, 65 keys; none ragged.
+    assert [res.hopper_last_keys(header, False, n, 192) for n in (192, 193, 256, 257, 384)] == [
+        192,
+        64,
+        64,
+        128,
+        192,
+    ]
+    assert res.hopper_last_keys(header, True, 4096, 192) == 192
     assert res.hopper_cluster(header, 128, False, 2304, 2560) == 2  # 14 blocks > 2 stages
     assert res.hopper_cluster(header, 128, True, 2048, 2048) == 1
     # 192-key tiles (O in the V ring) of only two key blocks, as a -D override could make:
@@ -709,6 +722,10 @@ KERNELS = _kernels() if torch.cuda.is_available() else ["auto"]
         # 18 row blocks and more than 2048 keys (192 per step, a ragged last one): head_dim
         # 128 non-causal on clusters of two CTAs sharing K and V by multicast.
         (1, 4, 2, 2304, 2560),
+        # A ragged last block of 88 and 1 keys at 192 per step (its products on 128 and on
+        # 64 keys, masked), on clusters (4 row blocks) and on one CTA (3).
+        (1, 2, 2, 512, 2200),
+        (1, 2, 2, 300, 2113),
     ],
 )
 @pytest.mark.parametrize("head_dim", [64, 128])

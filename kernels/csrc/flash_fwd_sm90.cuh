@@ -133,6 +133,13 @@
 #ifndef FLASH_SM90_RESCALE_AFTER_PV
 #define FLASH_SM90_RESCALE_AFTER_PV 1
 #endif
+// Non-causal 192-key tiles: the ragged last key block runs its products on 64 or 128
+// keys where its keys fit there, as the tile's last step (1; Traits::kLastKeys), or on
+// all 192, the rest masked, as the first (0). 192-key steps pad 4096 keys to 4224 and
+// 2048 to 2112.
+#ifndef FLASH_SM90_NARROW_LAST_BLOCK
+#define FLASH_SM90_NARROW_LAST_BLOCK 1
+#endif
 #ifndef FLASH_SM90_STAGES
 #define FLASH_SM90_STAGES 2
 #endif
@@ -171,6 +178,14 @@ CUTLASS_DEVICE int query_empty_bar(int q_stage) {
 // arrive are asm without a memory clobber, and the tile slot is read and written next to them.
 CUTLASS_DEVICE void compiler_fence() { asm volatile("" ::: "memory"); }
 
+// The thread's index among the consumers (threadIdx.x - 128), read from %tid.x anew:
+// volatile, so that the compiler neither reuses nor keeps an earlier read.
+CUTLASS_DEVICE int consumer_thread_index() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+  return tid - 128;
+}
+
 CUTLASS_DEVICE void bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
@@ -180,13 +195,20 @@ CUTLASS_DEVICE void bar_arrive(int id, int threads) {
 
 // ---- kernel configuration ----------------------------------------------------------
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, typename Element_,
-          int kClusterM_ = 1>
+          int kClusterM_ = 1, int kLastKeys_ = kBlockN_>
 struct Traits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;
+  // Keys of the last (ragged) key block that its Q K^T and P V run on: kBlockN, or 64 or
+  // 128 where all of that block's keys fall within them. Then that block is the tile's
+  // last step instead of its first (non-causal only, with at least two key blocks). The
+  // host picks it from seq_k, the same for every tile of a launch: no branch on it here.
+  static constexpr int kLastKeys = kLastKeys_;
+  static constexpr bool kNarrowLast = kLastKeys < kBlockN;
+  static_assert(kLastKeys % 64 == 0 && kLastKeys <= kBlockN);
   // CTAs per cluster (row blocks of one head sharing each K and V load by multicast).
   static constexpr int kClusterM = kClusterM_;
   static_assert(kClusterM == 1 || kClusterM == 2);
@@ -255,6 +277,11 @@ struct Traits {
   // the former spills there.
   static constexpr bool kRescaleAfterPV =
       FLASH_SM90_RESCALE_AFTER_PV && kConsumerWarpgroups == 2;
+  // S = Q K^T on the last block's kLastKeys keys.
+  using TiledMmaQKLast = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float,
+                           Shape<Int<kBlockM>, Int<kLastKeys>, Int<kHeadDim>>>(),
+      AtomLayout{}));
 
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
   using PipelineState = typename cutlass::PipelineState<kStages>;
@@ -375,16 +402,19 @@ CUTLASS_DEVICE auto convert_type(Tensor<Engine, Layout> const& t) {
   return make_tensor(make_rmem_ptr<To>(&frag), t.layout());
 }
 
-// Issue one warpgroup GEMM (all k-blocks) and commit it; wait only if asked.
-template <bool kZeroInit, int kWait, typename TiledMma, typename TA, typename TB, typename TC>
+// Issue one warpgroup GEMM (its first kKBlocks k-blocks; -1: all) and commit it; wait
+// only if asked.
+template <bool kZeroInit, int kWait, int kKBlocks = -1, typename TiledMma, typename TA,
+          typename TB, typename TC>
 CUTLASS_DEVICE void gemm(TiledMma& mma, TA const& a, TB const& b, TC& c) {
+  constexpr int kBlocks = kKBlocks < 0 ? int(decltype(size<2>(a))::value) : kKBlocks;
   constexpr bool kRegA = !is_base_of<GMMA::DescriptorIterator, typename TiledMma::FrgTypeA>::value;
   if constexpr (kRegA) warpgroup_fence_operand(const_cast<TA&>(a));
   warpgroup_fence_operand(c);
   warpgroup_arrive();
   if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
   CUTLASS_PRAGMA_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
+  for (int k = 0; k < kBlocks; ++k) {
     cute::gemm(mma, a(_, _, k), b(_, _, k), c);
     mma.accumulate_ = GMMA::ScaleOut::One;
   }
@@ -608,11 +638,16 @@ CUTLASS_DEVICE int load_tile(KernelParams<T> const& p, typename T::SharedStorage
   auto [tVgV, tVsV] = tma_partition(p.tma_v, cta_rank, Layout<Int<T::kClusterM>>{},
                                     group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
+  // Steps j = n_blocks - 1 .. 0 take key blocks j, or with a narrow last block (see
+  // Traits::kLastKeys) blocks j - 1 and, at step 0, the ragged block n_blocks - 1. That
+  // one is loaded after the loop, its index computed there: one more register held across
+  // the loop spills at the producer's 24.
+  constexpr int kLastStep = T::kNarrowLast ? 1 : 0;
   int n_block = n_block_count<T, kCausal>(p, tile.m_block) - 1;
   if (leader) {
     pipe_k.producer_acquire(write_k);
-    copy(p.tma_k.with(*pipe_k.producer_get_barrier(write_k), kMcastMask), tKgK(_, n_block),
-         tKsK(_, write_k.index()));
+    copy(p.tma_k.with(*pipe_k.producer_get_barrier(write_k), kMcastMask),
+         tKgK(_, n_block - kLastStep), tKsK(_, write_k.index()));
     ++write_k;
   }
   // Q's buffer is free once every consumer is past its last Q K^T of the tile it held.
@@ -630,18 +665,30 @@ CUTLASS_DEVICE int load_tile(KernelParams<T> const& p, typename T::SharedStorage
   if constexpr (!T::kSeparateO) smem.bars.barrier_o.wait((work + 1) % 2);
   if (leader) {
 #pragma unroll 2
-    for (; n_block > 0; --n_block) {
+    for (; n_block > kLastStep; --n_block) {
       pipe_k.producer_acquire(write_k);
-      copy(p.tma_k.with(*pipe_k.producer_get_barrier(write_k), kMcastMask), tKgK(_, n_block - 1),
+      copy(p.tma_k.with(*pipe_k.producer_get_barrier(write_k), kMcastMask),
+           tKgK(_, n_block - 1 - kLastStep), tKsK(_, write_k.index()));
+      ++write_k;
+      pipe_v.producer_acquire(write_v);
+      copy(p.tma_v.with(*pipe_v.producer_get_barrier(write_v), kMcastMask),
+           tVgV(_, n_block - kLastStep), tVsV(_, write_v.index()));
+      ++write_v;
+    }
+    int v_block = 0;  // step 0's (j = n_block = 0 without a narrow last block)
+    if constexpr (T::kNarrowLast) {  // j = 1, then step 0: the ragged block
+      v_block = (get<0>(p.shape_k) - 1) / T::kBlockN;
+      pipe_k.producer_acquire(write_k);
+      copy(p.tma_k.with(*pipe_k.producer_get_barrier(write_k), kMcastMask), tKgK(_, v_block),
            tKsK(_, write_k.index()));
       ++write_k;
       pipe_v.producer_acquire(write_v);
-      copy(p.tma_v.with(*pipe_v.producer_get_barrier(write_v), kMcastMask), tVgV(_, n_block),
+      copy(p.tma_v.with(*pipe_v.producer_get_barrier(write_v), kMcastMask), tVgV(_, 0),
            tVsV(_, write_v.index()));
       ++write_v;
     }
     pipe_v.producer_acquire(write_v);
-    copy(p.tma_v.with(*pipe_v.producer_get_barrier(write_v), kMcastMask), tVgV(_, n_block),
+    copy(p.tma_v.with(*pipe_v.producer_get_barrier(write_v), kMcastMask), tVgV(_, v_block),
          tVsV(_, write_v.index()));
     ++write_v;
   }
@@ -685,6 +732,21 @@ CUTLASS_DEVICE void consumers_start() {
   }
 }
 
+// S's first kKeys key columns (all of S at kBlockN): a wgmma accumulator holds a
+// thread's columns in the same order at every width, so a narrower product's fragment
+// is a prefix of the full one.
+template <typename T, int kKeys, typename TS>
+CUTLASS_DEVICE auto key_columns(TS& tSrS) {
+  if constexpr (kKeys == T::kBlockN) {
+    return make_tensor(tSrS.data(), tSrS.layout());
+  } else {
+    static_assert(kKeys == T::kLastKeys);
+    typename T::TiledMmaQKLast mma;
+    return make_tensor(
+        tSrS.data(), partition_fragment_C(mma, Shape<Int<T::kBlockM>, Int<kKeys>>{}).layout());
+  }
+}
+
 template <typename T, bool kCausal, typename TO, typename SM>
 CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStorage& smem,
                                 typename T::Pipeline& pipe_k, typename T::Pipeline& pipe_v,
@@ -714,6 +776,7 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
 
   const int seq_k = get<0>(p.shape_k);
   int n_block = n_blocks - 1;
+  static_assert(!(kCausal && T::kNarrowLast));
 
   Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
   wait(pipe_k, read_k);
@@ -739,7 +802,8 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
   warpgroup_wait<0>();
   pipe_k.consumer_release(read_k);
   ++read_k;
-  apply_mask<T, true, kCausal>(tSrS, thread, seq_k, m_block, n_block);
+  // Unmasked where the ragged block comes last (this one is then whole).
+  if constexpr (!T::kNarrowLast) apply_mask<T, true, kCausal>(tSrS, thread, seq_k, m_block, n_block);
   softmax.template max<true>(tSrS, p.scale_log2, rescale);
   softmax.template exp_sum<true>(tSrS, p.scale_log2);
   Tensor tOrP = make_tensor(convert_type<typename T::Element>(tSrS).data(),
@@ -748,24 +812,49 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
   for (int r = 0; r < SM::kRowsPerThread; ++r) rescale[r] = 1.f;
 
   // One step: S_j = Q K_j^T issued, then (overlapped) O += P_{j+1} V_{j+1}, then softmax of S_j.
-  auto step = [&](auto masked) {
+  // keys: Int<kBlockN>, or Int<kLastKeys> for the narrow last block (whose S is masked
+  // at seq_k and whose P V, after the loop, takes as many keys).
+  auto step = [&](auto masked, auto keys) {
+    constexpr int kKeys = decltype(keys)::value;
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
     wait(pipe_k, read_k);
     warpgroup_turn_wait<T>();
-    gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, read_k.index()), tSrS);
+    if constexpr (kKeys == kBlockN) {
+      gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, read_k.index()), tSrS);
+    } else {
+      // The slot's first kKeys keys. A wgmma's shared-memory descriptors do not hold its
+      // width: the full product's descriptors of Q and of the slot serve.
+      typename T::TiledMmaQKLast mma_last;
+      Tensor tSrSLast = key_columns<T, kKeys>(tSrS);
+      gemm<true, -1>(mma_last, tSrQ, tSrK(_, _, _, read_k.index()), tSrSLast);
+    }
     if constexpr (!kIntraWarpgroupOverlap) warpgroup_wait<0>();
     if constexpr (!T::kRescaleAfterPV) SM::rescale_o(tOrO, rescale);
     wait(pipe_v, read_v);
     gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
     warpgroup_turn_pass<T>();
     warpgroup_wait<1>();
-    if constexpr (!T::kReleaseKAfterSoftmax) pipe_k.consumer_release(read_k);
+    if constexpr (!T::kReleaseKAfterSoftmax) {
+      // ptxas waits for P V at this release in a full step (see kReleaseKAfterSoftmax); in
+      // the narrow one it moved the release past the softmax, kept P V in flight and
+      // spilled: the wait is written out there.
+      if constexpr (kKeys < kBlockN) warpgroup_wait<0>();
+      pipe_k.consumer_release(read_k);
+    }
+    Tensor s = key_columns<T, kKeys>(tSrS);
     if constexpr (decltype(masked)::value) {
       // Only the causal diagonal: every key of a block before the last is < seq_k.
-      apply_mask<T, false, true>(tSrS, thread, seq_k, m_block, n_block - 1);
+      apply_mask<T, false, true>(s, thread, seq_k, m_block, n_block - 1);
     }
-    softmax.template max<false>(tSrS, p.scale_log2, rescale);
-    softmax.template exp_sum<false>(tSrS, p.scale_log2);
+    if constexpr (kKeys < kBlockN) {
+      // The ragged block n_blocks - 1. Its operands are read again here rather than held
+      // across the loop, where one more live register spills on clusters.
+      const int seq_k_param = get<0>(p.shape_k);
+      apply_mask<T, true, false>(s, consumer_thread_index(), seq_k_param, 0,
+                                 (seq_k_param - 1) / kBlockN);
+    }
+    softmax.template max<false>(s, p.scale_log2, rescale);
+    softmax.template exp_sum<false>(s, p.scale_log2);
     // Here, not before the softmax: ptxas hoists the wait below up to the closest memory
     // operation before it, and a K release there made the softmax wait for P V.
     if constexpr (T::kReleaseKAfterSoftmax) pipe_k.consumer_release(read_k);
@@ -787,16 +876,25 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
     constexpr int kMaskedSteps =
         kBlockM % kBlockN == 0 ? kBlockM / kBlockN - 1 : cute::ceil_div(kBlockM, kBlockN);
     CUTLASS_PRAGMA_UNROLL
-    for (int s = 0; s < kMaskedSteps && n_block > 0; ++s, --n_block) step(cute::true_type{});
+    for (int s = 0; s < kMaskedSteps && n_block > 0; ++s, --n_block) {
+      step(cute::true_type{}, Int<kBlockN>{});
+    }
   }
+  // The ragged block's step, if narrow, comes after the loop (the host sends >= 2 blocks).
+  constexpr int kNarrowSteps = T::kNarrowLast ? 1 : 0;
   CUTLASS_PRAGMA_NO_UNROLL
-  for (; n_block > 0; --n_block) step(cute::false_type{});
+  for (; n_block > kNarrowSteps; --n_block) step(cute::false_type{}, Int<kBlockN>{});
+  if constexpr (T::kNarrowLast) {
+    step(cute::false_type{}, Int<T::kLastKeys>{});
+    --n_block;
+  }
 
   // Q is no longer read: the producer may load a later tile's into its buffer.
   bar_arrive(query_empty_bar(q_stage), T::kMmaThreads + 32);
   if constexpr (!T::kRescaleAfterPV) SM::rescale_o(tOrO, rescale);
   wait(pipe_v, read_v);
-  gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
+  // P's columns past kLastKeys are not read (nor converted from S's, which hold nothing).
+  gemm<false, -1, T::kLastKeys / 16>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
   softmax.finalize(rescale);
   warpgroup_wait<0>();
   pipe_v.consumer_release(read_v);
@@ -1100,6 +1198,19 @@ cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
   }
 }
 
+// Non-causal with kBlockN keys per step: calls launch_with(Int<keys>) with the key width
+// of the last (ragged) key block's products, Traits::kLastKeys: at 192-key tiles, 64 or
+// 128 where that block's keys fit there and the tile has another block.
+template <int kBlockN, typename Launch>
+cudaError_t with_last_keys(int seq_k, Launch&& launch_with) {
+  if constexpr (FLASH_SM90_NARROW_LAST_BLOCK && kBlockN == 192) {
+    const int last_keys = seq_k - (seq_k - 1) / kBlockN * kBlockN;  // 1 .. kBlockN
+    if (seq_k > kBlockN && last_keys <= 64) return launch_with(Int<64>{});
+    if (seq_k > kBlockN && last_keys <= 128) return launch_with(Int<128>{});
+  }
+  return launch_with(Int<kBlockN>{});
+}
+
 // Head_dim 128 non-causal with kBlockN keys per step: on a cluster of two CTAs where
 // the row blocks pair up, else one CTA. Where O shares the V ring's space, the cluster's
 // O barrier (one arrival per CTA and tile) needs every tile to have more key blocks than
@@ -1107,21 +1218,30 @@ cudaError_t launch(const FlashFwdParams& fp, cudaStream_t stream) {
 template <int kHeadDim, int kBlockN, int kStages, typename Element>
 cudaError_t launch_full_tiles(const FlashFwdParams& p, cudaStream_t stream) {
   constexpr int kCluster = FLASH_SM90_D128_CLUSTER;
-  using Clustered = Traits<kHeadDim, 128, kBlockN, kStages, Element, kCluster>;
-  const bool paired = kCluster > 1 && cute::ceil_div(p.seq_q, 128) % kCluster == 0 &&
-                      (Clustered::kSeparateO || cute::ceil_div(p.seq_k, kBlockN) > kStages);
-  return paired ? launch<Clustered, false>(p, stream)
-                : launch<Traits<kHeadDim, 128, kBlockN, kStages, Element>, false>(p, stream);
+  return with_last_keys<kBlockN>(p.seq_k, [&](auto last_keys) {
+    constexpr int kLast = decltype(last_keys)::value;
+    using Clustered = Traits<kHeadDim, 128, kBlockN, kStages, Element, kCluster, kLast>;
+    using Single = Traits<kHeadDim, 128, kBlockN, kStages, Element, 1, kLast>;
+    const bool paired = kCluster > 1 && cute::ceil_div(p.seq_q, 128) % kCluster == 0 &&
+                        (Clustered::kSeparateO || cute::ceil_div(p.seq_k, kBlockN) > kStages);
+    return paired ? launch<Clustered, false>(p, stream) : launch<Single, false>(p, stream);
+  });
 }
 
 // Non-causal: the key tile by seq_k (head_dim 64 on one CTA, 128 as launch_full_tiles picks).
 template <int kHeadDim, int kStages, typename Element>
 cudaError_t launch_full(const FlashFwdParams& p, cudaStream_t stream) {
   if constexpr (kHeadDim == 64) {
-    using Short = Traits<64, FLASH_SM90_D64_FULL_M, FLASH_SM90_D64_FULL_SHORT_N, kStages, Element>;
-    using Long = Traits<64, FLASH_SM90_D64_FULL_M, FLASH_SM90_D64_FULL_N, kStages, Element>;
-    return p.seq_k <= FLASH_SM90_D64_SHORT_K ? launch<Short, false>(p, stream)
-                                             : launch<Long, false>(p, stream);
+    constexpr int kBlockM = FLASH_SM90_D64_FULL_M;
+    constexpr int kBlockN = FLASH_SM90_D64_FULL_N;
+    if (p.seq_k <= FLASH_SM90_D64_SHORT_K) {
+      return launch<Traits<64, kBlockM, FLASH_SM90_D64_FULL_SHORT_N, kStages, Element>, false>(
+          p, stream);
+    }
+    return with_last_keys<kBlockN>(p.seq_k, [&](auto last_keys) {
+      constexpr int kLast = decltype(last_keys)::value;
+      return launch<Traits<64, kBlockM, kBlockN, kStages, Element, 1, kLast>, false>(p, stream);
+    });
   } else {
     if (p.seq_k <= FLASH_SM90_D128_SHORT_K) {
       return launch_full_tiles<kHeadDim, FLASH_SM90_D128_FULL_SHORT_N, kStages, Element>(p, stream);
