@@ -416,7 +416,7 @@ def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
 ) -> None:
     report = _output(_hopper_results(compile_results)["flash_fwd_sm90_fp16_hdim128.cu"])
     header = cuda_flash.HOPPER_KERNEL_HEADER.read_text()
-    short = {"shape": [2, 8, 2048, 128], "dtype": "float16", "causal": False}
+    short = {"shape": [2, 8, 1024, 128], "dtype": "float16", "causal": False}
     long = {"shape": [1, 16, 16384, 128], "dtype": "float16", "causal": False}
     causal = {"shape": [2, 8, 2048, 128], "dtype": "float16", "causal": True}
     records = [res.hopper_records(report, p, header)[0] for p in (short, long, causal)]
@@ -447,7 +447,7 @@ def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
     assert res.hopper_cluster(header, 128, True, 2048, 2048) == 1
     # 192-key tiles (O in the V ring) of only two key blocks, as a -D override could make:
     # one CTA, since the cluster's O barrier needs more blocks than stages.
-    short_k = "#define FLASH_SM90_D128_SHORT_K 2048"
+    short_k = "#define FLASH_SM90_D128_SHORT_K 1024"
     assert short_k in header
     overridden = header.replace(short_k, "#define FLASH_SM90_D128_SHORT_K 64")
     assert res.hopper_cluster(overridden, 128, False, 2048, 384) == 1
@@ -719,7 +719,7 @@ KERNELS = _kernels() if torch.cuda.is_available() else ["auto"]
         (2, 4, 2, 300, 1000),  # seq_q < seq_k
         (2, 4, 2, 1000, 300),  # seq_q > seq_k
         (1, 8, 1, 129, 255),
-        # 18 row blocks and more than 2048 keys (192 per step, a ragged last one): head_dim
+        # 18 row blocks and more than 1024 keys (192 per step, a ragged last one): head_dim
         # 128 non-causal on clusters of two CTAs sharing K and V by multicast.
         (1, 4, 2, 2304, 2560),
         # A ragged last block of 88 and 1 keys at 192 per step (its products on 128 and on
@@ -767,7 +767,7 @@ def test_many_tiles_per_multiprocessor(causal: bool, head_dim: int, kernel: str)
 @gpu
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_many_cluster_tiles_with_o_in_the_v_ring(kernel: str) -> None:
-    # Head_dim 128 non-causal above 2048 keys: 192 keys per step, O staged in the V
+    # Head_dim 128 non-causal above 1024 keys: 192 keys per step, O staged in the V
     # ring's space, and clusters of two CTAs (18 row blocks a head) whose O barrier
     # changes phase between tiles: 1440 tiles, about 11 per CTA.
     q, k, v = _inputs(2, 40, 8, 2304, 2560, 128, torch.bfloat16, seed=2304)

@@ -33,7 +33,7 @@
 //    The first runs as written at 128-key tiles and at head_dim 64: ptxas waits for P V
 //    before the softmax when the K slot is released between them
 //    (Traits::kReleaseKAfterSoftmax), as head_dim 128's 192-key tiles (non-causal above
-//    2048 keys) still do. O is rescaled by a step's new maxima once its P V is done, out
+//    1024 keys) still do. O is rescaled by a step's new maxima once its P V is done, out
 //    of the warpgroups' turn (Traits::kRescaleAfterPV).
 //  * Epilogue: O / rowsum in registers -> fp16/bf16 -> shared memory (stmatrix) ->
 //    global memory by a TMA store, which clips rows past seq_q. At head_dim 64 each
@@ -88,7 +88,7 @@
 #define FLASH_SM90_D128_FULL_SHORT_N 128  // seq_k <= FLASH_SM90_D128_SHORT_K
 #endif
 #ifndef FLASH_SM90_D128_SHORT_K
-#define FLASH_SM90_D128_SHORT_K 2048
+#define FLASH_SM90_D128_SHORT_K 1024
 #endif
 #ifndef FLASH_SM90_D128_CAUSAL_N
 #define FLASH_SM90_D128_CAUSAL_N 128
