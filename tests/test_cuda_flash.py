@@ -300,6 +300,11 @@ def test_hopper_kernel_compiles_for_sm90a_without_spills(
     if source != "flash_fwd_sm90.cu":  # the dispatcher has no kernel
         assert "flash_fwd_sm90_kernel" in report, report
         assert not _spill_problems(report), f"register spills or local memory:\n{report}"
+    # ptxas serializes every wgmma of a kernel it cannot pipeline (C7510-C7520, e.g. a
+    # product whose k-blocks depend on a run-time value): an info line, not a warning,
+    # and the overlaps gone from the SASS.
+    serialized = [line for line in report.splitlines() if "Potential Performance Loss" in line]
+    assert not serialized, "\n".join(serialized)
     own_warnings = [
         line for line in report.splitlines() if "flash_fwd" in line and "warning" in line
     ]
@@ -330,13 +335,13 @@ def _cuobjdump() -> str:
     pytest.skip(reason)
 
 
-def _softmax_between_waits(sass: str) -> dict[str, int]:
+def _softmax_between_waits(sass: str) -> dict[str, tuple[int, int]]:
     """Per Hopper kernel that releases K after the softmax (``Traits::kReleaseKAfterSoftmax``:
-    head_dim 64, and 128-key tiles) in a cuobjdump listing: the most ``MUFU.EX2`` in a
+    head_dim 64, and 128-key tiles) in a cuobjdump listing: (the most ``MUFU.EX2`` in a
     stretch between a wait that leaves one wgmma group in flight (``WARPGROUP.DEPBAR.LE
-    gsb0, 0x1``) and the next wait for all (``0x0``): a whole tile's softmax there (at
-    least 64 exponentials a thread: two rows of 32 keys or more) is the intra-warpgroup
-    overlap as the GPU runs it."""
+    gsb0, 0x1``) and the next wait for all (``0x0``), a whole step's exponentials a thread).
+    A step's softmax there (64 rows x block_n keys over a warpgroup's 128 threads:
+    block_n / 2 exponentials each) is the intra-warpgroup overlap as the GPU runs it."""
     found = {}
     for function in re.split(r"Function : ", sass)[1:]:
         name = function.split(maxsplit=1)[0]
@@ -345,7 +350,8 @@ def _softmax_between_waits(sass: str) -> dict[str, int]:
             continue
         stretches = re.findall(r"DEPBAR\.LE gsb0, 0x1 ;(.*?)DEPBAR\.LE gsb0, 0x0 ;", function,
                                flags=re.S)  # fmt: skip
-        found[name] = max((stretch.count("MUFU.EX2") for stretch in stretches), default=0)
+        most = max((stretch.count("MUFU.EX2") for stretch in stretches), default=0)
+        found[name] = (most, kernel.block_n // 2)
     return found
 
 
@@ -368,11 +374,13 @@ def test_the_softmax_runs_under_the_p_v_product(compile_results: dict[str, Any])
         kernels = _softmax_between_waits(sass[name])
         # causal and not (head_dim 64 non-causal with 128 and 192 keys; head_dim 128 on
         # one CTA and on clusters of two)
-        assert len(kernels) >= 3 and min(kernels.values()) >= 64, f"{name}: {kernels}"
+        assert len(kernels) >= 3, f"{name}: {kernels}"
+        short = {k: v for k, v in kernels.items() if v[0] < v[1]}
+        assert not short, f"{name}: (exponentials between the waits, a step's) {short}"
     # The K slot released before the softmax, as the kernel did until ptxas was seen
     # hoisting the wait for P V above it: the check must catch that.
     plant = _softmax_between_waits(sass["overlap_plant"])
-    assert plant and max(plant.values()) < 64, plant
+    assert plant and all(found < wanted for found, wanted in plant.values()), plant
 
 
 def test_the_spill_check_catches_a_spilling_configuration(compile_results: dict) -> None:
