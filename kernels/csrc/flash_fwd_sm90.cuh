@@ -104,8 +104,8 @@
 // head, each loading half of every K and V tile and multicasting it to both (TMA
 // multicast; FlashAttention-3's choice there), or one CTA alone (1). Only where the row
 // blocks pair up (an even count); otherwise the one-CTA kernel runs. H100, ratio to
-// cuDNN (docs/PERFORMANCE.md): (2,8,2048,128) 1.032x -> 0.996x, (4,32,4096,128)
-// 1.006x -> 0.975x, 16k 0.96-0.97x -> 0.92-0.93x.
+// cuDNN (docs/PERFORMANCE.md): (2,8,2048,128) 1.032x -> 0.996x (on 128-key tiles then),
+// (4,32,4096,128) 1.006x -> 0.975x, 16k 0.96-0.97x -> 0.92-0.93x.
 #ifndef FLASH_SM90_D128_CLUSTER
 #define FLASH_SM90_D128_CLUSTER 2
 #endif
@@ -507,7 +507,8 @@ struct Softmax {
 // j <= i). A thread's columns are thread 0's, which are compile-time constants,
 // plus one offset; the offset is folded into each row's limit, so every element costs
 // one comparison with a constant and no coordinate is kept in registers across steps
-// (per-element coordinates made 192x128 causal spill). Host-callable for the CPU tests.
+// (per-element coordinates made 192x128 causal spill). acc_s may be the first columns of
+// S only (key_columns: a narrow last block). Host-callable for the CPU tests.
 template <typename T, bool kSeqMask, bool kCausalMask, typename TS>
 CUTLASS_HOST_DEVICE void apply_mask(TS& acc_s, int thread, int seq_k, int m_block, int n_block) {
   typename T::TiledMmaQK mma;
@@ -775,6 +776,9 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
   };
 
   const int seq_k = get<0>(p.shape_k);
+  // The steps left after this one, counted down; also the key block of the step it
+  // counts, except with a narrow last block (Traits::kLastKeys: blocks n_block - 1, then
+  // the ragged one last).
   int n_block = n_blocks - 1;
   static_assert(!(kCausal && T::kNarrowLast));
 
@@ -893,7 +897,8 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
   bar_arrive(query_empty_bar(q_stage), T::kMmaThreads + 32);
   if constexpr (!T::kRescaleAfterPV) SM::rescale_o(tOrO, rescale);
   wait(pipe_v, read_v);
-  // P's columns past kLastKeys are not read (nor converted from S's, which hold nothing).
+  // P's columns past kLastKeys (converted from S registers a narrow Q K^T never wrote)
+  // are not read: the product takes kLastKeys / 16 k-blocks.
   gemm<false, -1, T::kLastKeys / 16>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
   softmax.finalize(rescale);
   warpgroup_wait<0>();
@@ -1233,15 +1238,15 @@ template <int kHeadDim, int kStages, typename Element>
 cudaError_t launch_full(const FlashFwdParams& p, cudaStream_t stream) {
   if constexpr (kHeadDim == 64) {
     constexpr int kBlockM = FLASH_SM90_D64_FULL_M;
-    constexpr int kBlockN = FLASH_SM90_D64_FULL_N;
-    if (p.seq_k <= FLASH_SM90_D64_SHORT_K) {
-      return launch<Traits<64, kBlockM, FLASH_SM90_D64_FULL_SHORT_N, kStages, Element>, false>(
-          p, stream);
-    }
-    return with_last_keys<kBlockN>(p.seq_k, [&](auto last_keys) {
-      constexpr int kLast = decltype(last_keys)::value;
-      return launch<Traits<64, kBlockM, kBlockN, kStages, Element, 1, kLast>, false>(p, stream);
-    });
+    auto launch_keys = [&](auto block_n) {  // Int<keys per step>
+      constexpr int kBlockN = decltype(block_n)::value;
+      return with_last_keys<kBlockN>(p.seq_k, [&](auto last_keys) {
+        constexpr int kLast = decltype(last_keys)::value;
+        return launch<Traits<64, kBlockM, kBlockN, kStages, Element, 1, kLast>, false>(p, stream);
+      });
+    };
+    return p.seq_k <= FLASH_SM90_D64_SHORT_K ? launch_keys(Int<FLASH_SM90_D64_FULL_SHORT_N>{})
+                                             : launch_keys(Int<FLASH_SM90_D64_FULL_N>{});
   } else {
     if (p.seq_k <= FLASH_SM90_D128_SHORT_K) {
       return launch_full_tiles<kHeadDim, FLASH_SM90_D128_FULL_SHORT_N, kStages, Element>(p, stream);
