@@ -238,6 +238,11 @@ def hopper_shared_bytes(head_dim: int, block_m: int, block_n: int, stages: int) 
     return q_buffers * q + kv + (kv + o if separate else max(kv, o)) + 1024
 
 
+def hopper_q_buffers(head_dim: int, block_m: int, block_n: int, stages: int) -> int:
+    """Q buffers of a Hopper instantiation (``Traits::kQStages``): 2 where they fit."""
+    return _hopper_buffers(head_dim, block_m, block_n, stages)[1]
+
+
 def _hopper_buffers(head_dim: int, block_m: int, block_n: int, stages: int) -> tuple[bool, int]:
     """(O has its own buffer, Q buffers): ``Traits::kSeparateO`` and ``kQStages``."""
     q = o = block_m * head_dim * 2

@@ -259,6 +259,8 @@ def gluon_config(
 
     Shared memory per CTA (fp16): Q 2 x 64 x d, then STAGES x (K + V) of BLOCK_N x d.
     hd 128: 32 KB + 3 x 64 KB = 224 KB; hd 64: 16 KB + 4 x 32 KB = 144 KB (of 227 KB).
+    The persistent variants add O's own buffers (2 x 64 x d) and a second pair of Q
+    buffers (``Q_BUFFERS``): hd 128 with 2 stages, 64 + 32 + 128 = 224 KB.
     Registers: 12 warps (two consumer warpgroups, the producer's warp rounded up to a
     warpgroup) share 64K registers. With maxnreg=168 triton gives the producer 24, the
     worker consumer 232 and the default-partition consumer the rest (248): FA3 uses
@@ -279,6 +281,10 @@ def gluon_config(
             "PRODUCER_REGS": 24,
             "maxnreg": 168,
         }
+        if variant.startswith("ws-persistent"):
+            # Two pairs of Q buffers: the next tile's Q loads a whole tile ahead, not
+            # only once this tile's last Q·K^T is done.
+            cfg["Q_BUFFERS"] = 2
     unknown = set(overrides) - set(cfg)
     if unknown:
         raise ValueError(f"config overrides {sorted(unknown)} unknown for variant {variant!r}")

@@ -26,10 +26,10 @@ store, which clips rows past seq_q.
 ``_attn_fwd_ws_persistent`` (variant ``ws-persistent``; ``ws-persistent-pingpong`` adds
 the scheduler barrier, its turns running on across tiles) is the same pipeline with one
 CTA per SM: output tiles dealt round-robin (causal: the heaviest row blocks of every
-head first), the ring positions and barrier phases running on across tiles, and each
-consumer releasing its Q buffer
-(``q_empty``) as soon as its last Q·K^T retired, so the producer loads the next
-tile's Q while the consumers finish P·V and store O from their own buffers (the TMA
+head first), the ring positions and barrier phases running on across tiles, and Q in
+two pairs of buffers (``Q_BUFFERS``), each consumer releasing its buffer (``q_empty``)
+as soon as its last Q·K^T retired: the producer loads a tile's Q while the tile before
+it runs, and the consumers finish P·V and store O from their own buffers (the TMA
 store waited on only before the next tile overwrites it). FA3's persistent scheduler
 in its static form; the prologue and epilogue a per-tile CTA pays with idle tensor
 cores overlap the neighbouring tiles' work.
@@ -209,11 +209,13 @@ def _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, hk, n_tiles, it0, STAGES: 
 
 
 @gluon.jit
-def _load_q(q_desc, q_smem, q_bar, b, h, m0):  # type: ignore[no-untyped-def]
-    # Q of one CTA tile: 2 x ROWS rows, one buffer per consumer warpgroup.
+def _load_q(q_desc, q_smem, q_bar, b, h, m0, first=0):  # type: ignore[no-untyped-def]
+    # Q of one CTA tile: 2 x ROWS rows, one buffer per consumer warpgroup (q_smem's
+    # entries first and first + 1).
     mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_bar, q_smem.index(0))
-    tma.async_copy_global_to_shared(q_desc, [b, h, m0 + ROWS, 0], q_bar, q_smem.index(1))
+    tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_bar, q_smem.index(first))
+    tma.async_copy_global_to_shared(q_desc, [b, h, m0 + ROWS, 0], q_bar,
+                                    q_smem.index(first + 1))  # fmt: skip
 
 
 @gluon.jit
@@ -421,7 +423,7 @@ def _tile_of(t, n_m, heads, batch, group, CAUSAL: gl.constexpr):  # type: ignore
 @gluon.jit
 def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,  # type: ignore[no-untyped-def]
                          seq_k, kv_group, n_m, heads, batch, group, CAUSAL: gl.constexpr,
-                         STAGES: gl.constexpr):  # fmt: skip
+                         STAGES: gl.constexpr, Q_BUFFERS: gl.constexpr):  # fmt: skip
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     it = 0
     ti = 0
@@ -429,10 +431,12 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
         pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
         m0 = pid_m * 2 * ROWS
         n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
-        # Both consumers released their Q buffer (after their last Q·K^T of the
-        # previous tile, before its last P·V and store): load this tile's Q.
-        mbarrier.wait(q_empty, (ti & 1) ^ 1)
-        _load_q(q_desc, q_smem, bars[0], b, h, m0)
+        # Both consumers released this Q buffer (after their last Q·K^T of the tile
+        # that held it, before its last P·V and store): load this tile's Q. With two
+        # buffers that was the tile before the previous one, so Q lands a tile ahead.
+        qb = ti % Q_BUFFERS
+        mbarrier.wait(q_empty.index(qb), ((ti // Q_BUFFERS) & 1) ^ 1)
+        _load_q(q_desc, q_smem, bars[0].index(qb), b, h, m0, 2 * qb)
         # The ring runs on across tiles: this tile's key tiles from position it.
         _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, h // kv_group, n_tiles, it, STAGES)
         it += n_tiles
@@ -443,7 +447,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
 def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale,  # type: ignore[no-untyped-def]
                          seq_k, n_m, heads, batch, group, WG: gl.constexpr,
                          CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                         PINGPONG: gl.constexpr):  # fmt: skip
+                         PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr):  # fmt: skip
     HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -457,15 +461,16 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
         row0 = m0 + WG * ROWS
         n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
         n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
-        mbarrier.wait(bars[0], ti & 1)
-        q = q_smem.index(WG).reshape([ROWS, HEAD_DIM])
+        qb = ti % Q_BUFFERS
+        mbarrier.wait(bars[0].index(qb), (ti // Q_BUFFERS) & 1)
+        q = q_smem.index(2 * qb + WG).reshape([ROWS, HEAD_DIM])
         # Scheduler turns so far: n_tiles - 1 per earlier tile, i.e. it - ti.
         acc, p16, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
                                        n_tiles, n_full, it, it - ti, WG, CAUSAL, STAGES,
                                        PINGPONG)  # fmt: skip
         # Every Q·K^T of this tile retired: the producer may load the next tile's Q
         # while this warpgroup finishes P·V and stores O.
-        mbarrier.arrive(q_empty)
+        mbarrier.arrive(q_empty.index(qb))
         acc = _last_pv(acc, p16, v_smem, bars, it + n_tiles - 1, STAGES)
         # O through this warpgroup's own buffer; the previous tile's TMA store must
         # have read it first (waited here, not after issuing: it overlaps the tile).
@@ -480,15 +485,18 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
 def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, n_m,  # type: ignore[no-untyped-def]
                             heads, batch, group, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                             PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                            PRODUCER_REGS: gl.constexpr):  # fmt: skip
+                            PRODUCER_REGS: gl.constexpr, Q_BUFFERS: gl.constexpr):  # fmt: skip
     # One CTA per SM, output tiles dealt round-robin (heaviest first when causal).
-    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    # Q_BUFFERS pairs of Q buffers (one per consumer warpgroup), each with its barriers.
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape,
+                                       q_desc.layout)  # fmt: skip
     o_smem = gl.allocate_shared_memory(o_desc.dtype, [2] + o_desc.block_type.shape, o_desc.layout)
     k_smem, v_smem = _kv_buffers(k_desc, v_desc, STAGES)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    mbarrier.init(q_empty, count=2)  # one arrive per consumer warpgroup and tile
+    q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(Q_BUFFERS):
+        mbarrier.init(q_bar.index(i), count=1)
+        mbarrier.init(q_empty.index(i), count=2)  # one arrive per consumer warpgroup and tile
     k_ready, v_ready, k_empty, v_empty = _ring_barriers(STAGES)
     sched = _sched_barriers()
     bars = (q_bar, k_ready, v_ready, k_empty, v_empty, sched)
@@ -497,13 +505,13 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
         [
             (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
                                     qk_scale, seq_k, n_m, heads, batch, group, 0, CAUSAL, STAGES,
-                                    PINGPONG)),
+                                    PINGPONG, Q_BUFFERS)),
             (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
                                     qk_scale, seq_k, n_m, heads, batch, group, 1, CAUSAL, STAGES,
-                                    PINGPONG)),
+                                    PINGPONG, Q_BUFFERS)),
             (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
                                     q_empty, seq_k, kv_group, n_m, heads, batch, group,
-                                    CAUSAL, STAGES)),
+                                    CAUSAL, STAGES, Q_BUFFERS)),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],
@@ -853,7 +861,8 @@ def launch_choice(
         grid = (min(n_m * heads_q * batch, _sm_count(q)), 1, 1)  # 3-D: the raw launcher's
         scalars = (*scalars, n_m, heads_q, batch, _l2_group(q, k, heads_q * batch))
         constexprs: Scalars = (causal, cfg["STAGES"], variant == "ws-persistent-pingpong",
-                               cfg["CONSUMER_REGS"], cfg["PRODUCER_REGS"])  # fmt: skip
+                               cfg["CONSUMER_REGS"], cfg["PRODUCER_REGS"],
+                               cfg["Q_BUFFERS"])  # fmt: skip
         kernel = _attn_fwd_ws_persistent[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs,
             num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"],

@@ -355,21 +355,27 @@ def _softmax_between_waits(sass: str) -> dict[str, tuple[int, int]]:
     return found
 
 
-def test_the_softmax_runs_under_the_p_v_product(compile_results: dict[str, Any]) -> None:
-    results = _hopper_results(compile_results)
+def _sass(compile_results: dict[str, Any], key: str) -> str:
+    """The cuobjdump listing of one Hopper compile (its key in the results: a source's
+    name or a plant's; the object is named after its stem)."""
+    built = _hopper_results(compile_results)[key]
+    name = Path(key).stem
+    assert built.returncode == 0, f"{name}: {_output(built)}"
     tool = _cuobjdump()
-    sass = {}
-    # (the compile's key in the results, its object's stem)
-    for key, name in [
-        ("flash_fwd_sm90_bf16_hdim64.cu", "flash_fwd_sm90_bf16_hdim64"),
-        ("flash_fwd_sm90_fp16_hdim128.cu", "flash_fwd_sm90_fp16_hdim128"),
-        ("overlap_plant", "overlap_plant"),
-    ]:
-        built = results[key]
-        assert built.returncode == 0, f"{name}: {_output(built)}"
-        listing = _run([tool, "-sass", str(results["out_dir"] / f"{name}.o")])
-        assert listing.returncode == 0, f"{tool} on {name}.o: {_output(listing)}"
-        sass[name] = listing.stdout
+    listing = _run([tool, "-sass", str(compile_results["out_dir"] / f"{name}.o")])
+    assert listing.returncode == 0, f"{tool} on {name}.o: {_output(listing)}"
+    return listing.stdout
+
+
+def test_the_softmax_runs_under_the_p_v_product(compile_results: dict[str, Any]) -> None:
+    sass = {
+        Path(key).stem: _sass(compile_results, key)
+        for key in (
+            "flash_fwd_sm90_bf16_hdim64.cu",
+            "flash_fwd_sm90_fp16_hdim128.cu",
+            "overlap_plant",
+        )
+    }
     for name in ("flash_fwd_sm90_bf16_hdim64", "flash_fwd_sm90_fp16_hdim128"):
         kernels = _softmax_between_waits(sass[name])
         # causal and not (head_dim 64 non-causal with 128 and 192 keys; head_dim 128 on
@@ -381,6 +387,28 @@ def test_the_softmax_runs_under_the_p_v_product(compile_results: dict[str, Any])
     # hoisting the wait for P V above it: the check must catch that.
     plant = _softmax_between_waits(sass["overlap_plant"])
     assert plant and all(found < wanted for found, wanted in plant.values()), plant
+
+
+def test_kernels_with_one_q_buffer_prefetch_the_next_tiles_q(
+    compile_results: dict[str, Any],
+) -> None:
+    """Where Q has one buffer (head_dim 128's 192-key tiles) the next tile's Q can load
+    only as a tile ends: the producer brings it into L2 first, a TMA prefetch
+    (``UTMAPF``) in the SASS. Kernels with two Q buffers load it a tile ahead instead."""
+    sass = _sass(compile_results, "flash_fwd_sm90_fp16_hdim128.cu")
+    found = {}
+    for function in re.split(r"Function : ", sass)[1:]:
+        name = function.split(maxsplit=1)[0]
+        kernel = res.hopper_instantiation(name)
+        if kernel is None:
+            continue
+        buffers = res.hopper_q_buffers(
+            kernel.head_dim, kernel.block_m, kernel.block_n, kernel.stages
+        )
+        found[name] = (buffers, "UTMAPF" in function)
+    assert {buffers for buffers, _ in found.values()} == {1, 2}, found
+    wrong = {name: v for name, v in found.items() if v[1] != (v[0] == 1)}
+    assert not wrong, f"(Q buffers, prefetches Q): {wrong}"
 
 
 def test_the_spill_check_catches_a_spilling_configuration(compile_results: dict) -> None:
