@@ -86,7 +86,25 @@ GOALS = [
     (4, 32, 32, 4096, 4096, 128, False, "float16"),
     (1, 16, 16, 16384, 16384, 128, False, "float16"),
 ]
-SHAPE_SETS = {"table": TABLE, "goals": GOALS, "all": TABLE + [c for c in GOALS if c not in TABLE]}
+# Head_dim 64 non-causal at 128 to 1024 row-block tiles of 128 rows (batch x heads x
+# seq_q / 128): where the persistent variant pays against the one-warpgroup kernel.
+HD64_TILES = [
+    (1, 16, 16, 1024, 1024, 64, False, "float16"),
+    (1, 16, 16, 2048, 2048, 64, False, "bfloat16"),
+    (2, 16, 16, 1024, 1024, 64, False, "float16"),
+    (1, 8, 8, 4096, 4096, 64, False, "float16"),
+    (4, 16, 16, 1024, 1024, 64, False, "float16"),
+    (8, 16, 16, 512, 512, 64, False, "float16"),
+    (16, 16, 16, 512, 512, 64, False, "float16"),
+    (4, 16, 16, 2048, 2048, 64, False, "bfloat16"),
+    (32, 16, 16, 256, 256, 64, False, "float16"),
+]
+SHAPE_SETS = {
+    "table": TABLE,
+    "goals": GOALS,
+    "all": TABLE + [c for c in GOALS if c not in TABLE],
+    "hd64-tiles": HD64_TILES,
+}
 SHAPES_ENV = "BENCH_GLUON_SHAPES"  # the workers (subprocesses) read the set from here
 TIMES = SHAPE_SETS[os.environ.get(SHAPES_ENV, "table")]
 
@@ -537,7 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         "--shapes",
         choices=sorted(SHAPE_SETS),
         default=None,
-        help="timed shapes: the PERFORMANCE.md table (default), the goals' shapes, or all",
+        help="timed shapes: the PERFORMANCE.md table (default), the goals' shapes, both (all),"
+        " or head_dim 64 non-causal at 128 to 1024 row-block tiles (hd64-tiles)",
     )
     args = parser.parse_args(argv)
     if args.shapes:

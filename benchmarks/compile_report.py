@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             causal=causal,
             seq_q=s,
             seq_k=s,
+            batch_heads=b * h,
             elem_size=q.element_size(),
         )
         ws = plan.path == TMA_WS

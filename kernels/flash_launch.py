@@ -202,6 +202,7 @@ def choose_for(
         causal=causal,
         seq_q=q.shape[2],
         seq_k=k.shape[2],
+        batch_heads=q.shape[0] * q.shape[1],
         elem_size=q.element_size(),
         capability=cap,
         smem_budget=0 if cap is None else smem_budget(q.device),

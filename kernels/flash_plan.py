@@ -19,7 +19,7 @@ The paths, by the kernel that runs them:
   over ``CONFIGS``), ``interpret`` (``TRITON_INTERPRET=1``: one small config).
 - ``gluon`` (``kernels/gluon_flash_fwd.py``, sm_90 only): one of ``VARIANTS`` with
   ``gluon_config``'s tiles; ``FASTER`` names the variant per (head_dim, causal), and
-  ``FASTER_FROM`` another one from a larger seq_q * seq_k up.
+  ``FASTER_FROM`` another one from a larger seq_q * seq_k and count of CTA tiles up.
 
 What each caller asks for (``kernel``):
 
@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import triton
 
@@ -328,26 +328,58 @@ FASTER: dict[tuple[int, bool], tuple[int, str, dict[str, int]]] = {
     (64, False): (1024 * 1024, "simple", {}),
     (64, True): (1024 * 1024, "simple-overlap", {"BLOCK_N": 64}),
 }
-# From a larger seq_q * seq_k up, another variant than FASTER's (the last that applies).
-# hd 64 non-causal from 2048^2: the persistent kernel with the scheduler barrier, H100
-# 2026-11-27 (docs/data/h100-2026-11-27/gluon-persistent-causal-1346.txt, 8 rounds):
-# 1.069x cuDNN at (4,16,16,2048,64) bf16 where the plain one-warpgroup kernel measured
-# 1.116x (1.063x vs 1.107x in the run before), but 0.955x vs 0.911x at (1,16,16,1024,64).
-FASTER_FROM: dict[tuple[int, bool], tuple[tuple[int, str, dict[str, int]], ...]] = {
-    (128, True): ((8192 * 8192, "ws", {}),),
-    (64, False): ((2048 * 2048, "ws-persistent-pingpong", {}),),
+ROWS_PER_TILE = 128  # query rows of one CTA tile of the two-warpgroup variants
+
+
+class Tier(NamedTuple):
+    """Another variant than FASTER's, from a product seq_q * seq_k and a count of CTA tiles
+    (batch x heads x seq_q / ROWS_PER_TILE, rounded up) up."""
+
+    smallest_product: int
+    smallest_tiles: int
+    variant: str
+    overrides: dict[str, int]
+
+
+# From a larger seq_q * seq_k (and tile count) up, another variant than FASTER's (the
+# last that applies).
+# hd 64 non-causal from 256 tiles (two per SM of an H100 or H200) and 256^2: the persistent
+# kernel with the scheduler barrier and two pairs of Q buffers, H200 2026-11-27, side by
+# side with cuDNN in 6 interleaved rounds (docs/data/h200-2026-11-27/gluon-hd64-tiles-2309.txt):
+# on the five shapes whose choice this changes, 0.949-1.021x against 0.994-1.103x for the
+# choice before (the Triton kernel below 1024^2, the plain one-warpgroup kernel above),
+# e.g. (16,16,16,512,64) 0.992x vs 1.054x; at 128 tiles ((1,16,16,1024,64)) 1.000x
+# against the plain kernel's 0.913x through the entry point (0.950x by name).
+FASTER_FROM: dict[tuple[int, bool], tuple[Tier, ...]] = {
+    (128, True): (Tier(8192 * 8192, 0, "ws", {}),),
+    (64, False): (Tier(256 * 256, 256, "ws-persistent-pingpong", {}),),
 }
 
 
+def tiles_of(batch_heads: int, seq_q: int) -> int:
+    """CTA tiles of ROWS_PER_TILE query rows: what a persistent grid deals out."""
+    return batch_heads * -(-seq_q // ROWS_PER_TILE)
+
+
+def _tier(head_dim: int, causal: bool, seq_q: int, seq_k: int, batch_heads: int) -> Tier | None:
+    """FASTER_FROM's last tier that these lengths and tiles reach, if any."""
+    found = None
+    tiles = tiles_of(batch_heads, seq_q)
+    for tier in FASTER_FROM.get((head_dim, causal), ()):
+        if seq_q * seq_k >= tier.smallest_product and tiles >= tier.smallest_tiles:
+            found = tier
+    return found
+
+
 def faster_variant(
-    head_dim: int, causal: bool, seq_q: int, seq_k: int
+    head_dim: int, causal: bool, seq_q: int, seq_k: int, batch_heads: int
 ) -> tuple[str, dict[str, int]]:
-    """The Gluon variant and config overrides for (head_dim, causal) at these lengths:
-    FASTER's, or FASTER_FROM's last tier whose product seq_q * seq_k reaches."""
+    """The Gluon variant and config overrides for (head_dim, causal) at these lengths and
+    batch x heads: FASTER's, or FASTER_FROM's last tier that they reach."""
+    tier = _tier(head_dim, causal, seq_q, seq_k, batch_heads)
+    if tier is not None:
+        return tier.variant, tier.overrides
     _, variant, overrides = FASTER[(head_dim, causal)]
-    for smallest, tier_variant, tier_overrides in FASTER_FROM.get((head_dim, causal), ()):
-        if seq_q * seq_k >= smallest:
-            variant, overrides = tier_variant, tier_overrides
     return variant, overrides
 
 
@@ -391,6 +423,7 @@ def choose(
     causal: bool,
     seq_q: int,
     seq_k: int,
+    batch_heads: int,
     elem_size: int,
     capability: int | None,
     smem_budget: int,
@@ -400,7 +433,8 @@ def choose(
 ) -> Choice:
     """The path and config of one call (see the module docstring).
 
-    ``capability``: 90 for sm_90, None off a GPU; ``smem_budget``: shared memory a block
+    ``batch_heads``: batch x query heads (with seq_q, the tiles a persistent grid deals
+    out); ``capability``: 90 for sm_90, None off a GPU; ``smem_budget``: shared memory a block
     may use on it; ``tma_aligned``: q, k, v and out have a unit last stride and 16-byte
     aligned rows and bases. ``kernel="gluon"`` raises ``Unsupported`` where the Gluon
     kernel cannot run; the others always choose. Does not apply the pointer path's
@@ -410,7 +444,9 @@ def choose(
         reason = _gluon_unsupported(head_dim, seq_q, seq_k, capability, tma_aligned)
         if reason is not None:
             raise Unsupported(reason)
-        return gluon_choice(head_dim, causal, *faster_variant(head_dim, causal, seq_q, seq_k))
+        return gluon_choice(
+            head_dim, causal, *faster_variant(head_dim, causal, seq_q, seq_k, batch_heads)
+        )
     if env.interpret:
         return Choice(INTERPRET, "INTERPRET_CONFIG", INTERPRET_CONFIG)
     if env.autotune:
@@ -422,10 +458,15 @@ def choose(
         kernel == "auto"
         and env.gluon
         and faster is not None
-        and seq_q * seq_k >= faster[0]
+        and (
+            seq_q * seq_k >= faster[0]
+            or _tier(head_dim, causal, seq_q, seq_k, batch_heads) is not None
+        )
         and _gluon_unsupported(head_dim, seq_q, seq_k, capability, tma_aligned) is None
     ):
-        return gluon_choice(head_dim, causal, *faster_variant(head_dim, causal, seq_q, seq_k))
+        return gluon_choice(
+            head_dim, causal, *faster_variant(head_dim, causal, seq_q, seq_k, batch_heads)
+        )
     ws = WS_PINNED.get(head_dim)
     if (
         ws is not None

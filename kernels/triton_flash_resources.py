@@ -52,6 +52,7 @@ def choice_for(
     causal: bool,
     seq_q: int,
     seq_k: int,
+    batch_heads: int,
     elem_size: int = 2,
     tma_aligned: bool = True,
 ) -> Choice:
@@ -66,6 +67,7 @@ def choice_for(
         causal=causal,
         seq_q=seq_q,
         seq_k=seq_k,
+        batch_heads=batch_heads,
         elem_size=elem_size,
         capability=parse_arch(arch),
         smem_budget=max_shared_bytes(arch),
@@ -119,7 +121,7 @@ def _records(params: Mapping[str, Any], arch: str, kernel: Kernel) -> list[Resou
     try:
         choice = choice_for(
             arch, kernel, head_dim=head_dim, causal=causal, seq_q=seq_q, seq_k=seq_k,
-            elem_size=q.element_size(),
+            batch_heads=batch * heads, elem_size=q.element_size(),
             tma_aligned=all(flash_launch.tma_aligned(t) for t in (q, k, v, out)),
         )  # fmt: skip
     except flash_plan.Unsupported as exc:

@@ -45,12 +45,14 @@ def choose(
     capability: int | None = 90,
     env: Env = COMPILED,
     seq_k: int | None = None,
+    batch_heads: int = 8,
     aligned: bool = True,
     smem: int = SM90_SMEM,
 ) -> flash_plan.Choice:
     return flash_plan.choose(
         head_dim=head_dim, causal=causal, seq_q=seq, seq_k=seq if seq_k is None else seq_k,
-        elem_size=2, capability=capability, smem_budget=smem, tma_aligned=aligned, env=env,
+        batch_heads=batch_heads, elem_size=2, capability=capability, smem_budget=smem,
+        tma_aligned=aligned, env=env,
         kernel=kernel,
     )  # fmt: skip
 
@@ -87,25 +89,45 @@ def test_suite_shapes_on_sm90(kernel, expected, seq, head_dim, causal):
 
 
 @pytest.mark.parametrize(
-    ("seq", "seq_k", "head_dim", "causal", "expected"),
+    ("seq", "seq_k", "batch_heads", "head_dim", "causal", "expected"),
     [
-        # FASTER_FROM's tiers take over from their product up, both by name and by dispatch.
-        (2048, 2048, 64, False, "gluon-ws-persistent-pingpong"),
-        (1024, 4096, 64, False, "gluon-ws-persistent-pingpong"),
-        (2047, 2048, 64, False, "gluon-simple"),
-        (4096, 4096, 128, True, "gluon-ws-persistent"),
-        (8192, 8192, 128, True, "gluon-ws"),
-        (16384, 16384, 128, True, "gluon-ws"),
-        (16384, 16384, 128, False, "gluon-ws-persistent"),
-        (16384, 16384, 64, True, "gluon-simple-overlap"),
+        # FASTER_FROM's tiers take over from their product and tile count up, both by name
+        # and by dispatch (tiles: batch_heads x seq / 128).
+        (2048, 2048, 16, 64, False, "gluon-ws-persistent-pingpong"),  # 256 tiles
+        (1024, 4096, 32, 64, False, "gluon-ws-persistent-pingpong"),
+        (2048, 2048, 15, 64, False, "gluon-simple"),  # 240 tiles
+        (1024, 1024, 16, 64, False, "gluon-simple"),  # 128 tiles
+        (1024, 1024, 32, 64, False, "gluon-ws-persistent-pingpong"),
+        (4096, 4096, 64, 128, True, "gluon-ws-persistent"),
+        (8192, 8192, 1, 128, True, "gluon-ws"),
+        (16384, 16384, 64, 128, True, "gluon-ws"),
+        (16384, 16384, 64, 128, False, "gluon-ws-persistent"),
+        (16384, 16384, 64, 64, True, "gluon-simple-overlap"),
     ],
 )
 @pytest.mark.parametrize("kernel", ["auto", "gluon"])
-def test_longer_lengths_take_faster_froms_variant(kernel, seq, seq_k, head_dim, causal, expected):
-    choice = choose(seq, head_dim, causal, kernel=kernel, seq_k=seq_k)
+def test_larger_workloads_take_faster_froms_variant(
+    kernel, seq, seq_k, batch_heads, head_dim, causal, expected
+):
+    choice = choose(seq, head_dim, causal, kernel=kernel, seq_k=seq_k, batch_heads=batch_heads)
     assert choice.label == expected
-    variant, overrides = flash_plan.faster_variant(head_dim, causal, seq, seq_k)
+    variant, overrides = flash_plan.faster_variant(head_dim, causal, seq, seq_k, batch_heads)
     assert choice == flash_plan.gluon_choice(head_dim, causal, variant, overrides)
+
+
+@pytest.mark.parametrize(
+    ("seq", "batch_heads", "expected"),
+    [
+        (512, 256, "gluon-ws-persistent-pingpong"),  # (16,16,512,64): 1024 tiles
+        (256, 512, "gluon-ws-persistent-pingpong"),  # the tier's smallest product
+        (255, 512, "pointer"),
+        (512, 63, "pointer"),  # 252 tiles: below 1024^2 the Triton kernel again
+    ],
+)
+def test_many_tiles_bring_the_entry_point_below_faster_s_product(seq, batch_heads, expected):
+    # Head_dim 64 non-causal: FASTER's plain kernel starts at 1024^2, the persistent tier
+    # at 256^2 where there are enough tiles; the Gluon name agrees above the product.
+    assert choose(seq, 64, False, kernel="auto", batch_heads=batch_heads).label == expected
 
 
 def test_a_smaller_product_keeps_faster_s_variant_by_name():
