@@ -12,6 +12,9 @@
 #             TMA path off)
 #   cuda-overlap-off a planted regression in the CUDA C++ kernel's Hopper path: its
 #             intra-warpgroup overlap off (each Q K^T waited for before the softmax)
+#   cuda-prefetch-off a planted regression in the CUDA C++ kernel's Hopper path: the next
+#             tile's Q no longer prefetched into L2 (only head_dim 128's 192-key tiles,
+#             with one Q buffer, have the prefetch: the suite's (2, 8, 2048, 128) non-causal)
 #   ws-bursts the same PR measured in "bursts" (synchronized 1 ms samples, GPU idles)
 #   refresh   baseline refresh of this GPU under the current plan
 #   against   `guard compare --against` as a developer runs it: a git repository of this
@@ -85,6 +88,7 @@ _os.waitpid(_pid, 0)'
 WS_OFF='s/and env.triton_ws$/and False/'
 GLUON_OFF='s/(128, False): (2048 \* 2048,/(128, False): (4096 * 4096,/'
 CUDA_OVERLAP_OFF='s/^constexpr bool kIntraWarpgroupOverlap = true;/constexpr bool kIntraWarpgroupOverlap = false;/'
+CUDA_PREFETCH_OFF='s/^#define FLASH_SM90_PREFETCH_NEXT_Q 1$/#define FLASH_SM90_PREFETCH_NEXT_Q 0/'
 OVERLAP_OFF='s/(64, True): (1024 \* 1024, "simple-overlap"/(64, True): (1024 * 1024, "simple"/'
 for p in "$@"; do
   case $p in
@@ -95,6 +99,8 @@ for p in "$@"; do
     ws-off) check ws-off "$(pr_tree ws-off "$WS_OFF" flash_plan.py)" ;;
     cuda-overlap-off)
       check cuda-overlap-off "$(pr_tree cuda-overlap-off "$CUDA_OVERLAP_OFF" csrc/flash_fwd_sm90.cuh)" ;;
+    cuda-prefetch-off)
+      check cuda-prefetch-off "$(pr_tree cuda-prefetch-off "$CUDA_PREFETCH_OFF" csrc/flash_fwd_sm90.cuh)" ;;
     ws-bursts)
       sed 's/load: sustained/load: bursts/' suites/default.yaml > /tmp/bursts.yaml
       cp /tmp/bursts.yaml suites/bursts.yaml
