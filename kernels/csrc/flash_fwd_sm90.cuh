@@ -142,8 +142,11 @@
 #define FLASH_SM90_NARROW_LAST_BLOCK 1
 #endif
 // The next tile's Q prefetched into L2 once this tile's loads are issued (1), where Q has
-// one buffer and so loads only as this tile ends: the load then reads L2, not DRAM (H100,
-// ratio to cuDNN: (2,8,8,2048,128) 1.012x -> 0.983x, (2,16,16,4097,128) 0.892x -> 0.873x).
+// one buffer and so loads only as this tile ends: the load then reads L2, not DRAM. It
+// pays where Q comes from DRAM (H100, ratio to cuDNN with the L2 flushed before each call,
+// as triton's do_bench does: (2,8,8,2048,128) 1.012x -> 0.983x, (2,16,16,4097,128)
+// 0.892x -> 0.873x); in back-to-back calls whose inputs stay in L2 it changes nothing
+// (the guard's samples: 1.004x [0.998, 1.011] at (2,8,2048,128) without it).
 #ifndef FLASH_SM90_PREFETCH_NEXT_Q
 #define FLASH_SM90_PREFETCH_NEXT_Q 1
 #endif
