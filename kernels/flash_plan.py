@@ -24,8 +24,8 @@ The paths, by the kernel that runs them:
 What each caller asks for (``kernel``):
 
 - ``"auto"`` (the entry point, registry name ``flash_attention``): the Gluon kernel on
-  sm_90 where ``FASTER`` says it was measured faster (``ATTN_GLUON=0``: never), else the
-  Triton kernel's path.
+  sm_90 where ``FASTER`` or a tier of ``FASTER_FROM`` says it was measured faster
+  (``ATTN_GLUON=0``: never), else the Triton kernel's path.
 - ``"triton"`` (registry name ``triton_flash``): the Triton kernel everywhere.
 - ``"gluon"`` (registry name ``gluon_flash``): the Gluon kernel at any length, with the
   variant ``faster_variant`` names; ``Unsupported`` where it cannot run.
@@ -282,8 +282,8 @@ def gluon_config(
             "maxnreg": 168,
         }
         if variant.startswith("ws-persistent"):
-            # Two pairs of Q buffers: the next tile's Q loads a whole tile ahead, not
-            # only once this tile's last Q·K^T is done.
+            # Two pairs of Q buffers: the producer goes on to the next tile's Q and key
+            # tiles without waiting for this tile's last Q·K^T.
             cfg["Q_BUFFERS"] = 2
     unknown = set(overrides) - set(cfg)
     if unknown:
@@ -298,8 +298,8 @@ def gluon_config(
 
 # Where the Gluon kernel was measured faster than the portable Triton kernel, and with
 # which variant: (head_dim, causal) -> (smallest seq_q * seq_k measured, variant,
-# config overrides). The entry point ("auto") takes it from that product up; the
-# gluon_flash name takes the variant at any length. H200, 2026-11-26
+# config overrides). The entry point ("auto") takes it from that product up (and from a
+# FASTER_FROM tier's, below); the gluon_flash name takes the variant at any length. H200, 2026-11-26
 # (docs/notes/gluon-kernel.md, CUDA-graph medians, three runs): hd 128 at S = 2048-16384
 # took 0.70-0.87x the Triton kernel's time (0.98x once) and 0.80-1.00x cuDNN's; hd 64 at
 # S = 1024 with the plain kernel 0.90-0.94x Triton's (64-key tiles for causal; parity
@@ -349,7 +349,10 @@ class Tier(NamedTuple):
 # on the five shapes whose choice this changes, 0.949-1.021x against 0.994-1.103x for the
 # choice before (the Triton kernel below 1024^2, the plain one-warpgroup kernel above),
 # e.g. (16,16,16,512,64) 0.992x vs 1.054x; at 128 tiles ((1,16,16,1024,64)) 1.000x
-# against the plain kernel's 0.913x through the entry point (0.950x by name).
+# against the plain kernel's 0.913x through the entry point (0.950x by name). Longer
+# lengths with fewer than 256 row blocks (e.g. (1,8,8,2048,64), which the persistent
+# kernel ran before, from 2048^2 at any count) follow the 128-row-block measurement
+# there: not measured on their own.
 FASTER_FROM: dict[tuple[int, bool], tuple[Tier, ...]] = {
     (128, True): (Tier(8192 * 8192, 0, "ws", {}),),
     (64, False): (Tier(256 * 256, 256, "ws-persistent-pingpong", {}),),

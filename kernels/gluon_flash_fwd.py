@@ -43,11 +43,12 @@ causal choice, where 128-row CTAs waste half of each diagonal tile.
 
 Inputs and limits.
 - sm_90 only (wgmma, TMA). Registry name ``gluon_flash``: ``flash_attention_fwd``
-  here runs this kernel at any length, with the variant ``kernels.flash_plan.FASTER``
-  names for (head_dim, causal). The entry point users call
+  here runs this kernel at any length, with the variant ``kernels.flash_plan.faster_variant``
+  names for (head_dim, causal), the lengths and batch x heads. The entry point users call
   (``kernels/triton_flash_fwd.py``, registry name ``flash_attention``) sends only the
-  shapes where it was measured faster here (``FASTER``'s sizes; never with
-  ``ATTN_GLUON=0``); everything else runs the Triton kernel (``kernels/triton_flash.py``).
+  shapes where it was measured faster here (``FASTER``'s and ``FASTER_FROM``'s sizes;
+  never with ``ATTN_GLUON=0``); everything else runs the Triton kernel
+  (``kernels/triton_flash.py``).
   Configs: ``kernels.flash_plan.gluon_config``.
 - q: (batch, heads_q, seq_q, head_dim), k, v: (batch, heads_kv, seq_k, head_dim);
   fp16 or bf16; head_dim 64 or 128; 4-D TMA descriptors over the tensors as they
@@ -433,7 +434,8 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
         n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
         # Both consumers released this Q buffer (after their last Q·K^T of the tile
         # that held it, before its last P·V and store): load this tile's Q. With two
-        # buffers that was the tile before the previous one, so Q lands a tile ahead.
+        # buffers that was the tile before the previous one, so the producer goes on
+        # to this tile's loads without waiting for the previous tile's last Q·K^T.
         qb = ti % Q_BUFFERS
         mbarrier.wait(q_empty.index(qb), ((ti // Q_BUFFERS) & 1) ^ 1)
         _load_q(q_desc, q_smem, bars[0].index(qb), b, h, m0, 2 * qb)
@@ -468,8 +470,8 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
         acc, p16, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
                                        n_tiles, n_full, it, it - ti, WG, CAUSAL, STAGES,
                                        PINGPONG)  # fmt: skip
-        # Every Q·K^T of this tile retired: the producer may load the next tile's Q
-        # while this warpgroup finishes P·V and stores O.
+        # Every Q·K^T of this tile retired: the producer may load a later tile's Q
+        # into this buffer while this warpgroup finishes P·V and stores O.
         mbarrier.arrive(q_empty.index(qb))
         acc = _last_pv(acc, p16, v_smem, bars, it + n_tiles - 1, STAGES)
         # O through this warpgroup's own buffer; the previous tile's TMA store must
@@ -917,8 +919,8 @@ def flash_attention_fwd(
     Same arguments, checks (``ValueError`` naming the argument) and causal alignment
     as the entry point ``kernels.triton_flash_fwd.flash_attention_fwd``: q (batch, heads_q, seq_q,
     head_dim), k and v (batch, heads_kv, seq_k, head_dim), causal TOP-LEFT aligned.
-    ``variant`` None: the variant and config ``flash_plan.FASTER`` names for
-    (head_dim, causal), whatever the lengths, with launch plans kept per key as
+    ``variant`` None: the variant and config ``flash_plan.faster_variant`` names for
+    (head_dim, causal), the lengths and batch x heads, with launch plans kept per key as
     ``kernels.flash_launch.Entry`` does. Else (a tuning entry, no plans kept) "ws"
     (warp-specialized), "ws-pingpong" (plus the scheduler barrier), "ws-persistent"
     (one CTA per SM), "ws-persistent-pingpong", "simple" or "simple-overlap";

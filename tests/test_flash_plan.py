@@ -126,8 +126,11 @@ def test_larger_workloads_take_faster_froms_variant(
 )
 def test_many_tiles_bring_the_entry_point_below_faster_s_product(seq, batch_heads, expected):
     # Head_dim 64 non-causal: FASTER's plain kernel starts at 1024^2, the persistent tier
-    # at 256^2 where there are enough tiles; the Gluon name agrees above the product.
+    # at 256^2 where there are enough tiles; the Gluon name takes the tier's variant
+    # wherever it applies, else FASTER's.
     assert choose(seq, 64, False, kernel="auto", batch_heads=batch_heads).label == expected
+    by_name = choose(seq, 64, False, kernel="gluon", batch_heads=batch_heads).label
+    assert by_name == (expected if expected.startswith("gluon") else "gluon-simple")
 
 
 def test_a_smaller_product_keeps_faster_s_variant_by_name():
