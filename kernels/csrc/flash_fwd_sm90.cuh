@@ -631,16 +631,20 @@ CUTLASS_DEVICE int load_tile(KernelParams<T> const& p, typename T::SharedStorage
   Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
   Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
   const int head_kv = tile.head / p.heads_per_kv;
-  Tensor gQ = local_tile(mQ(_, _, tile.head, tile.batch), select<0, 2>(TileShape{}),
-                         make_coord(tile.m_block, _0{}));
   Tensor gK = local_tile(mK(_, _, head_kv, tile.batch), select<1, 2>(TileShape{}),
                          make_coord(_, _0{}));
   Tensor gV = local_tile(mV(_, _, head_kv, tile.batch), select<1, 2>(TileShape{}),
                          make_coord(_, _0{}));
   Tensor sQx = make_tensor(sQ.data(), make_layout(sQ.layout(), Layout<_1>{}));
-  Tensor gQx = make_tensor(gQ.data(), make_layout(gQ.layout(), Layout<_1>{}));
-  auto [tQgQ, tQsQ] =
-      tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQx), group_modes<0, 2>(gQx));
+  // Tile t's Q as the TMA's source and this Q buffer as its destination.
+  auto q_partition = [&](Tile const& t) {
+    Tensor gQ = local_tile(mQ(_, _, t.head, t.batch), select<0, 2>(TileShape{}),
+                           make_coord(t.m_block, _0{}));
+    Tensor gQx = make_tensor(gQ.data(), make_layout(gQ.layout(), Layout<_1>{}));
+    return tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQx),
+                         group_modes<0, 2>(gQx));
+  };
+  auto [tQgQ, tQsQ] = q_partition(tile);
   // In a cluster each CTA loads its share of a K or V tile and multicasts it to all.
   const int cta_rank = T::kClusterM == 1 ? 0 : int(cute::block_rank_in_cluster());
   constexpr uint16_t kMcastMask = T::kClusterM == 1 ? 0 : uint16_t((1u << T::kClusterM) - 1);
@@ -710,13 +714,7 @@ CUTLASS_DEVICE int load_tile(KernelParams<T> const& p, typename T::SharedStorage
   // bring it into L2 now (FLASH_SM90_PREFETCH_NEXT_Q).
   if constexpr (FLASH_SM90_PREFETCH_NEXT_Q && T::kQStages == 1) {
     if (next < p.total_tiles && cute::elect_one_sync()) {
-      const Tile t = tile_of(p, next, kCausal);
-      Tensor gQn = local_tile(mQ(_, _, t.head, t.batch), select<0, 2>(TileShape{}),
-                              make_coord(t.m_block, _0{}));
-      Tensor gQnx = make_tensor(gQn.data(), make_layout(gQn.layout(), Layout<_1>{}));
-      auto [tQgQn, tQsQn] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQx),
-                                          group_modes<0, 2>(gQnx));
-      cute::prefetch(p.tma_q, tQgQn);
+      cute::prefetch(p.tma_q, get<0>(q_partition(tile_of(p, next, kCausal))));
     }
   }
   return next;
