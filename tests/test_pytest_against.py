@@ -3,9 +3,9 @@
 The example (examples/pytest_benchmark_demo) is copied into a fresh git repository
 and committed; the working tree is then changed (a planted slowdown of one function,
 a wrong result, or nothing) and compared with the commit, each round a fresh pytest
-process per tree. The planted slowdown here is 3x (``SLOWDOWN = 3.0``) so that four
-to six rounds decide it on a loaded two-core machine (few rounds give wide
-intervals); docs/PYTEST.md measures the 10% one.
+process per tree. The planted slowdown here is 3x (``SLOWDOWN = 3.0``) so that a few
+rounds decide it on a loaded two-core machine (few rounds give wide intervals);
+docs/PYTEST.md measures the 10% one.
 """
 
 from __future__ import annotations
@@ -98,8 +98,14 @@ def _verdicts(doc: dict) -> dict[str, str]:
 
 
 def test_a_planted_slowdown_fails_naming_its_case(project):
+    # Asked as on a shared machine (docs/PYTEST.md): under the default median statistic CI
+    # once saw a baseline round run slow enough that six rounds left the 3x case
+    # inconclusive ([0.97, 6.1]); ``min`` (each side its fastest rounds) is not moved by
+    # other work, and a 50% threshold still fails a 3x slowdown.
     _edit(project, "SLOWDOWN = 1.0", "SLOWDOWN = 3.0")
-    code, doc, err = _guard(project, "--pytest", ".", *BENCH_ARGS, rounds=4, max_rounds=6)
+    code, doc, err = _guard(
+        project, "--threshold", "min:50%", "--pytest", ".", *BENCH_ARGS, rounds=4, max_rounds=12
+    )
     assert code == 1, err + json.dumps(doc)[:3000]
     verdicts = _verdicts(doc)
     assert verdicts[CHECKSUM] == "regression"
