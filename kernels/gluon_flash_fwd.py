@@ -32,7 +32,10 @@ as soon as its last Q·K^T retired: the producer loads a tile's Q while the tile
 it runs, and the consumers finish P·V and store O from their own buffers (the TMA
 store waited on only before the next tile overwrites it). FA3's persistent scheduler
 in its static form; the prologue and epilogue a per-tile CTA pays with idle tensor
-cores overlap the neighbouring tiles' work.
+cores overlap the neighbouring tiles' work. ``CONSUMERS=3`` (head_dim 64 non-causal,
+opt-in) runs three consumer warpgroups on 192-row tiles, as FA3 does at head_dim 64:
+each K/V tile in shared memory serves 192 query rows; the scheduler barrier's turns
+then go round the three.
 
 ``_attn_fwd_simple`` is the plain version of the same kernel (no warp
 specialization, one warpgroup of 64 rows, a TMA ring refilled by the consumer, no
