@@ -61,6 +61,9 @@ CHECKS = [
     (2, 8, 1, 2049, 333, 64, True, "float16"),
     (1, 2, 2, 256, 256, 128, True, "float16"),
     (1, 2, 2, 256, 256, 64, False, "bfloat16"),
+    # More CTA tiles than an H100 has SMs: each persistent CTA runs several, so the ring
+    # positions and barrier phases carried across tiles are checked.
+    (4, 16, 8, 1000, 1000, 64, False, "bfloat16"),
 ]
 STRIDED = [(2, 4, 2, 333, 333, 128, True, "float16"), (2, 4, 4, 1000, 700, 64, False, "bfloat16")]
 
@@ -122,7 +125,7 @@ PROVIDERS = [
 # ATTN_GLUON=0 (the portable Triton kernel only); "triton+gluon": the dispatch, each
 # check calling twice so the second call runs through the launch plan;
 # "gluon-<variant>[:KEY=VALUE...]" sets config entries, ":hd=D" limits the shapes to
-# one head_dim.
+# one head_dim and ":causal=0" (or 1) to non-causal (causal) ones.
 
 
 def flops(b, h, sq, sk, d, causal) -> float:
@@ -179,19 +182,26 @@ def _functions(provider: str):
         q, k, v, causal=causal, out=out, variant=variant, **overrides)}  # fmt: skip
 
 
+SHAPE_FILTERS = ("hd", "causal")  # provider entries that filter shapes, not configs
+
+
 def parse_gluon(provider: str) -> tuple[str, dict]:
-    """ "gluon-ws:STAGES=3:hd=128" -> ("ws", {"STAGES": 3}); hd only filters shapes."""
+    """ "gluon-ws:STAGES=3:hd=128" -> ("ws", {"STAGES": 3}); hd and causal only filter
+    shapes."""
     name, *items = provider.removeprefix("gluon-").split(":")
     overrides = {key: int(value) for key, value in (item.split("=") for item in items)}
-    overrides.pop("hd", None)
+    for key in SHAPE_FILTERS:
+        overrides.pop(key, None)
     return name, overrides
 
 
-def _head_dim_filter(provider: str) -> int | None:
-    for item in provider.split(":")[1:]:
-        if item.startswith("hd="):
-            return int(item[3:])
-    return None
+def _takes(provider: str, case) -> bool:
+    """Whether the provider's ":hd=D" and ":causal=0/1" filters let this shape through."""
+    wanted = dict(item.split("=") for item in provider.split(":")[1:] if "=" in item)
+    head_dim, causal = case[5], case[6]
+    return ("hd" not in wanted or int(wanted["hd"]) == head_dim) and (
+        "causal" not in wanted or bool(int(wanted["causal"])) == causal
+    )
 
 
 def _inputs(case, seed, strided=False):
@@ -321,10 +331,9 @@ def worker(provider: str, out_path: Path, do_checks: bool) -> None:
     def emit(obj):
         _emit(out_path, {**obj, "provider": provider})
 
-    only_hd = _head_dim_filter(provider)
     if do_checks:
         for i, case in enumerate(CHECKS + STRIDED):
-            if only_hd is not None and case[5] != only_hd:
+            if not _takes(provider, case):
                 continue
             strided = i >= len(CHECKS)
             try:
@@ -337,7 +346,7 @@ def worker(provider: str, out_path: Path, do_checks: bool) -> None:
                       "error": f"{type(exc).__name__}: {str(exc)[:400]}", "ok": False})  # fmt: skip
     for i, case in enumerate(TIMES):
         b, hq, _, sq, sk, d, causal, _ = case
-        if only_hd is not None and d != only_hd:
+        if not _takes(provider, case):
             continue
         try:
             res = _check(fns, yard, case, seed=500 + i, strided=False, slices_only=True)
@@ -403,8 +412,7 @@ def paired_worker(providers: list[str], out_path: Path, rounds: int) -> None:
 
     for i, case in enumerate(TIMES):
         b, hq, _, sq, sk, d, causal, _ = case
-        here = {n: f for n, f in fns.items()
-                if n == "sdpa" or _head_dim_filter(n) in (None, d)}  # fmt: skip
+        here = {n: f for n, f in fns.items() if n == "sdpa" or _takes(n, case)}
         q, k, v = _inputs(case, seed=900 + i)
         graphs = {}
         for n, f in here.items():

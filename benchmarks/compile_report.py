@@ -13,7 +13,8 @@ cp.async instructions in the PTX and of ``ttg.warp_specialize`` regions in the T
 ``--variants`` adds every config of ``benchmarks/triton_variants.py``.
 
 ``--gluon`` reports the Gluon Hopper kernel (``kernels/gluon_flash_fwd.py``) instead:
-every variant for fp16/bf16 x head_dim 64/128 x causal, on a ragged GQA shape; with
+every variant for fp16/bf16 x head_dim 64/128 x causal, and the opt-in configs of
+``GLUON_OPT_IN`` (three consumer warpgroups), on a ragged GQA shape; with
 ``--json`` one JSON object per line (``tests/test_gluon_compile.py`` reads them).
 """
 

@@ -265,7 +265,8 @@ def gluon_config(
     Registers: 12 warps (two consumer warpgroups, the producer's warp rounded up to a
     warpgroup) share 64K registers. With maxnreg=168 triton gives the producer 24, the
     worker consumer 232 and the default-partition consumer the rest (248): FA3 uses
-    240 / 24-56. No spills (tests/test_gluon_compile.py).
+    240 / 24-56. With ``CONSUMERS=3``, 16 warps and maxnreg=128: 24, 160 for each worker
+    consumer, 168 for the default partition. No spills (tests/test_gluon_compile.py).
     """
     # Same tiles for causal and not (FA3 narrows BLOCK_N for causal hd 128: 128 vs 176).
     if variant.startswith("simple"):

@@ -185,7 +185,7 @@ def _n_full(row0, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):  # type: 
 
 
 # ----------------------------------------------------------------------------------------
-# Warp-specialized kernel: producer warp + two consumer warpgroups
+# Warp-specialized kernel: producer warp + two (persistent: two or three) consumer warpgroups
 # ----------------------------------------------------------------------------------------
 
 
@@ -518,7 +518,9 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
     k_ready, v_ready, k_empty, v_empty = _ring_barriers(STAGES, CONSUMERS)
     sched = _sched_barriers(CONSUMERS)
     bars = (q_bar, k_ready, v_ready, k_empty, v_empty, sched)
-    # (A jitted function cannot be held in a tuple: each branch spells its partitions.)
+    # The partition list is spelled out per count of consumers (it cannot be built from
+    # a constexpr count).
+    gl.static_assert(CONSUMERS == 2 or CONSUMERS == 3, "CONSUMERS must be 2 or 3")
     if CONSUMERS == 3:
         gl.warp_specialize(
             [

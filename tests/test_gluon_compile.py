@@ -1,7 +1,8 @@
 """The Gluon Hopper kernel (kernels/gluon_flash_fwd.py) compiles for sm_90a without spills.
 
 No GPU needed: ``benchmarks/compile_report.py --gluon --json`` compiles every variant
-for fp16/bf16 x head_dim 64/128 x causal through a target-only driver and reads
+for fp16/bf16 x head_dim 64/128 x causal, and the opt-in configs (three consumer
+warpgroups at head_dim 64 non-causal), through a target-only driver and reads
 registers, spills and shared memory with triton's bundled ptxas. It runs in a
 subprocess: the compile-only driver replaces triton's active driver for the whole
 process, and the interpreter tests of this session must not see that.
@@ -73,5 +74,7 @@ def test_structure_of_the_warp_specialized_kernel(report):
             assert row["ws_regions"] == 1 and row["warps"] == warps, name
             assert 1 in row["wgmma_wait"], f"{name}: no overlapped wgmma wait"
             assert row["setmaxnreg"], f"{name}: no register reallocation"
+            if row["overrides"].get("CONSUMERS") == 3:
+                assert 160 in row["setmaxnreg"], f"{name}: not FA3's 160 registers a consumer"
         else:
             assert row["ws_regions"] == 0 and row["warps"] == 4, name
