@@ -185,23 +185,23 @@ def _functions(provider: str):
 SHAPE_FILTERS = ("hd", "causal")  # provider entries that filter shapes, not configs
 
 
+def _entries(provider: str) -> dict[str, int]:
+    """ "gluon-ws:STAGES=3:hd=128" -> {"STAGES": 3, "hd": 128}; {} for "sdpa", "triton"."""
+    return {key: int(value) for key, value in (item.split("=") for item in provider.split(":")[1:])}
+
+
 def parse_gluon(provider: str) -> tuple[str, dict]:
     """ "gluon-ws:STAGES=3:hd=128" -> ("ws", {"STAGES": 3}); hd and causal only filter
     shapes."""
-    name, *items = provider.removeprefix("gluon-").split(":")
-    overrides = {key: int(value) for key, value in (item.split("=") for item in items)}
-    for key in SHAPE_FILTERS:
-        overrides.pop(key, None)
-    return name, overrides
+    entries = _entries(provider)
+    overrides = {key: value for key, value in entries.items() if key not in SHAPE_FILTERS}
+    return provider.removeprefix("gluon-").split(":")[0], overrides
 
 
 def _takes(provider: str, case) -> bool:
     """Whether the provider's ":hd=D" and ":causal=0/1" filters let this shape through."""
-    wanted = dict(item.split("=") for item in provider.split(":")[1:] if "=" in item)
-    head_dim, causal = case[5], case[6]
-    return ("hd" not in wanted or int(wanted["hd"]) == head_dim) and (
-        "causal" not in wanted or bool(int(wanted["causal"])) == causal
-    )
+    wanted = _entries(provider)
+    return wanted.get("hd", case[5]) == case[5] and bool(wanted.get("causal", case[6])) == case[6]
 
 
 def _inputs(case, seed, strided=False):
