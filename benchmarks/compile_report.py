@@ -13,8 +13,7 @@ cp.async instructions in the PTX and of ``ttg.warp_specialize`` regions in the T
 ``--variants`` adds every config of ``benchmarks/triton_variants.py``.
 
 ``--gluon`` reports the Gluon Hopper kernel (``kernels/gluon_flash_fwd.py``) instead:
-every variant for fp16/bf16 x head_dim 64/128 x causal, and the opt-in configs of
-``GLUON_OPT_IN`` (three consumer warpgroups), on a ragged GQA shape; with
+every variant for fp16/bf16 x head_dim 64/128 x causal, on a ragged GQA shape; with
 ``--json`` one JSON object per line (``tests/test_gluon_compile.py`` reads them).
 """
 
@@ -68,50 +67,28 @@ def _ptxas_warnings(ptx: str, arch: str) -> list[str]:
     return [line for line in report.splitlines() if "arning" in line]
 
 
-# Opt-in Gluon configs no default reaches, compiled too: (variant, head_dim, causal,
-# overrides), for both dtypes.
-GLUON_OPT_IN = [
-    (variant, 64, False, {"CONSUMERS": 3})
-    for variant in ("ws-persistent", "ws-persistent-pingpong")
-]
-
-
-def _gluon_entry(
-    variant: str, dtype: torch.dtype, head_dim: int, causal: bool, overrides: dict, arch: str
-) -> dict:
-    from kernels import gluon_flash_fwd as gf
-
-    # Ragged lengths, seq_q != seq_k and GQA: the general specialization.
-    q = torch.empty(2, 8, 1000, head_dim, dtype=dtype)
-    k = torch.empty(2, 4, 777, head_dim, dtype=dtype)
-    entry = {"variant": variant, "dtype": str(dtype).removeprefix("torch."),
-             "head_dim": head_dim, "causal": causal, "overrides": overrides}  # fmt: skip
-    try:
-        with compile_only(arch) as launches:
-            gf.launch(q, k, k, torch.empty_like(q), causal, head_dim**-0.5, variant, **overrides)
-            entry.update(resources(launches[-1], arch))
-    except Exception as exc:
-        entry["error"] = tune_triton.first_line(exc)
-    return entry
-
-
 def gluon_report(as_json: bool, arch: str = "sm_90") -> int:
-    """Compile every Gluon variant's default configs and the opt-in ones for ``arch``; 1
-    if any fails to compile."""
+    """Compile every Gluon variant and config for ``arch``; 1 if any fails to compile."""
     from kernels import gluon_flash_fwd as gf
 
-    configs = [
-        (variant, head_dim, causal, {})
-        for variant in gf.VARIANTS
-        for head_dim in gf.SUPPORTED_HEAD_DIMS
-        for causal in (False, True)
-    ] + GLUON_OPT_IN
     failed = 0
-    for variant, head_dim, causal, overrides in configs:
+    for variant in gf.VARIANTS:
         for dtype in (torch.float16, torch.bfloat16):
-            entry = _gluon_entry(variant, dtype, head_dim, causal, overrides, arch)
-            failed += "error" in entry
-            print(json.dumps(entry) if as_json else entry, flush=True)
+            for head_dim in gf.SUPPORTED_HEAD_DIMS:
+                for causal in (False, True):
+                    # Ragged lengths, seq_q != seq_k and GQA: the general specialization.
+                    q = torch.empty(2, 8, 1000, head_dim, dtype=dtype)
+                    k = torch.empty(2, 4, 777, head_dim, dtype=dtype)
+                    entry = {"variant": variant, "dtype": str(dtype).removeprefix("torch."),
+                             "head_dim": head_dim, "causal": causal}  # fmt: skip
+                    try:
+                        with compile_only(arch) as launches:
+                            gf.launch(q, k, k, torch.empty_like(q), causal, head_dim**-0.5, variant)
+                            entry.update(resources(launches[-1], arch))
+                    except Exception as exc:
+                        failed += 1
+                        entry["error"] = tune_triton.first_line(exc)
+                    print(json.dumps(entry) if as_json else entry, flush=True)
     return 1 if failed else 0
 
 

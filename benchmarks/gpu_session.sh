@@ -51,11 +51,6 @@ for p in "$@"; do
     gluon-goals)  # the entry point against cuDNN on the table's and the goals' shapes, side by side, and eager µs per call
       TAIL=45 phase gluon-goals 300 python3 benchmarks/bench_gluon.py --out "$OUT/gluon-goals" \
         --shapes all --providers sdpa,triton --paired sdpa,triton --rounds "${GLUON_ROUNDS:-6}" --budget-s 280 ;;
-    gluon-consumers)  # three consumer warpgroups (192-row tiles) against the dispatch, head_dim 64 non-causal
-      c3="gluon-ws-persistent-pingpong:CONSUMERS=3:hd=64:causal=0,gluon-ws-persistent:CONSUMERS=3:hd=64:causal=0"
-      TAIL=30 phase gluon-consumers 260 python3 benchmarks/bench_gluon.py --out "$OUT/gluon-consumers" \
-        --shapes hd64-tiles --providers "sdpa,$c3" --no-host --paired "sdpa,triton,$c3" \
-        --rounds "${GLUON_ROUNDS:-6}" --budget-s 240 ;;
     ncu-gluon)
       phase ncu-gluon 150 python3 benchmarks/ncu_gluon.py --out "$OUT" --budget-s 60 ;;
     pack)  # all but the baselines in one tarball, for a runner that returns few files

@@ -26,7 +26,8 @@ def series(summary: dict[str, object]) -> list[tuple[str, list[tuple[int, float]
         points = sorted(
             (int(r["gpus"]), float(r["wall_s"]))
             for r in records
-            if str(r.get("phase", "")).startswith(f"{prefix}-") and "plant" not in r["phase"]
+            if str(r.get("phase", "")).startswith(f"{prefix}-")
+            and "plant" not in r["phase"]
             and not r.get("cut")  # stopped by its time limit: not the check's wall time
         )
         if points:

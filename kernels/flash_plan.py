@@ -260,15 +260,13 @@ def gluon_config(
     Shared memory per CTA (fp16): Q 2 x 64 x d, then STAGES x (K + V) of BLOCK_N x d.
     hd 128: 32 KB + 3 x 64 KB = 224 KB; hd 64: 16 KB + 4 x 32 KB = 144 KB (of 227 KB).
     The persistent variants add O's own buffers (2 x 64 x d) and a second pair of Q
-    buffers (``Q_BUFFERS``): hd 128 with 2 stages, 64 + 32 + 128 = 224 KB; hd 64 with
-    ``CONSUMERS=3`` (192-row tiles), 48 + 24 + 128 = 200 KB.
+    buffers (``Q_BUFFERS``): hd 128 with 2 stages, 64 + 32 + 128 = 224 KB.
     Registers: 12 warps (two consumer warpgroups, the producer's warp rounded up to a
     warpgroup) share 64K registers. With maxnreg=168 triton gives the producer 24, the
     worker consumer 232 and the default-partition consumer the rest (248): FA3 uses
-    240 / 24-56. With ``CONSUMERS=3``, 16 warps and maxnreg=128: 24, 160 for each worker
-    consumer, 168 for the default partition. No spills (tests/test_gluon_compile.py).
+    240 / 24-56. No spills (tests/test_gluon_compile.py).
     """
-    # Same tiles for causal and not (FA3 narrows BLOCK_N for causal hd 128: 128 vs 176).
+    del causal  # same tiles for both (FA3 narrows BLOCK_N for causal hd 128: 128 vs 176)
     if variant.startswith("simple"):
         cfg = {"BLOCK_N": 64 if head_dim == 128 else 128, "STAGES": 3, "num_warps": 4}
     else:
@@ -287,26 +285,10 @@ def gluon_config(
             # Two pairs of Q buffers: the producer goes on to the next tile's Q and key
             # tiles without waiting for this tile's last Q·K^T.
             cfg["Q_BUFFERS"] = 2
-            # Consumer warpgroups of 64 query rows per CTA tile: 2, or 3 (FA3's 192-row
-            # tiles at head_dim 64: each K/V tile in shared memory serves 192 rows). 3 is
-            # opt-in: compiled without spills, not yet timed on a GPU.
-            cfg["CONSUMERS"] = 2
     unknown = set(overrides) - set(cfg)
     if unknown:
         raise ValueError(f"config overrides {sorted(unknown)} unknown for variant {variant!r}")
     cfg = {**cfg, **overrides}
-    consumers = cfg.get("CONSUMERS", 2)
-    if consumers not in (2, 3) or (consumers == 3 and (head_dim != 64 or causal)):
-        # At 160 registers a thread, head_dim 128's accumulators do not fit, nor (468
-        # bytes of spills) head_dim 64's causal masks.
-        raise ValueError(
-            f"CONSUMERS must be 2, or 3 at head_dim 64 non-causal, got {consumers} at "
-            f"head_dim {head_dim}{' causal' if causal else ''}"
-        )
-    if consumers == 3:
-        # 16 warps share 64K registers: 160 per consumer thread (FA3's), 24 for the
-        # producer, the default-partition consumer the rest.
-        cfg = {**cfg, "CONSUMER_REGS": 160, "maxnreg": 128, **overrides}
     if variant == "simple-overlap" and cfg["STAGES"] < 2:
         # Its loop refills a slot only after waiting for the next tile: with one slot
         # that tile never comes.

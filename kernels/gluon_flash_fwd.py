@@ -32,10 +32,7 @@ as soon as its last Q·K^T retired: the producer loads a tile's Q while the tile
 it runs, and the consumers finish P·V and store O from their own buffers (the TMA
 store waited on only before the next tile overwrites it). FA3's persistent scheduler
 in its static form; the prologue and epilogue a per-tile CTA pays with idle tensor
-cores overlap the neighbouring tiles' work. ``CONSUMERS=3`` (head_dim 64 non-causal,
-opt-in) runs three consumer warpgroups on 192-row tiles, as FA3 does at head_dim 64:
-each K/V tile in shared memory serves 192 query rows; the scheduler barrier's turns
-then go round the three.
+cores overlap the neighbouring tiles' work.
 
 ``_attn_fwd_simple`` is the plain version of the same kernel (no warp
 specialization, one warpgroup of 64 rows, a TMA ring refilled by the consumer, no
@@ -185,7 +182,7 @@ def _n_full(row0, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):  # type: 
 
 
 # ----------------------------------------------------------------------------------------
-# Warp-specialized kernel: producer warp + two (persistent: two or three) consumer warpgroups
+# Warp-specialized kernel: producer warp + two consumer warpgroups
 # ----------------------------------------------------------------------------------------
 
 
@@ -213,13 +210,13 @@ def _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, hk, n_tiles, it0, STAGES: 
 
 
 @gluon.jit
-def _load_q(q_desc, q_smem, q_bar, b, h, m0, first=0, CONSUMERS: gl.constexpr = 2):  # type: ignore[no-untyped-def]
-    # Q of one CTA tile: CONSUMERS x ROWS rows, one buffer per consumer warpgroup
-    # (q_smem's entries first, first + 1, ...).
-    mbarrier.expect(q_bar, CONSUMERS * q_desc.block_type.nbytes)
-    for i in gl.static_range(CONSUMERS):
-        tma.async_copy_global_to_shared(q_desc, [b, h, m0 + i * ROWS, 0], q_bar,
-                                        q_smem.index(first + i))  # fmt: skip
+def _load_q(q_desc, q_smem, q_bar, b, h, m0, first=0):  # type: ignore[no-untyped-def]
+    # Q of one CTA tile: 2 x ROWS rows, one buffer per consumer warpgroup (q_smem's
+    # entries first and first + 1).
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [b, h, m0, 0], q_bar, q_smem.index(first))
+    tma.async_copy_global_to_shared(q_desc, [b, h, m0 + ROWS, 0], q_bar,
+                                    q_smem.index(first + 1))  # fmt: skip
 
 
 @gluon.jit
@@ -232,7 +229,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0
 @gluon.jit
 def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_full, it0, g0,  # type: ignore[no-untyped-def]
                    WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                   PINGPONG: gl.constexpr, CONSUMERS: gl.constexpr = 2):  # fmt: skip
+                   PINGPONG: gl.constexpr):  # fmt: skip
     # One row block's key tiles through the ring, from ring position it0 (a persistent
     # CTA's earlier tiles used positions 0..it0-1): every Q·K^T and all but the last
     # P·V. Returns acc, P of the last tile (its P·V still to issue), m and l. g0: the
@@ -269,12 +266,9 @@ def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_fu
         s = (it0 + j) % STAGES
         sp = (it0 + j - 1) % STAGES
         if PINGPONG:
-            # Take turns in a ring of warpgroups: WG 0 starts (a fresh barrier passes a
-            # wait on phase 1), then each waits for the previous one's issue.
-            if WG == 0:
-                mbarrier.wait(sched.index(WG), ((g0 + j - 1) & 1) ^ 1)
-            else:
-                mbarrier.wait(sched.index(WG), (g0 + j - 1) & 1)
+            # Take turns with the other warpgroup: WG 0 starts (a fresh barrier passes
+            # a wait on phase 1), then each waits for the other's previous issue.
+            mbarrier.wait(sched.index(WG), ((g0 + j - 1) & 1) ^ (1 - WG))
         mbarrier.wait(k_ready.index(s), ((it0 + j) // STAGES) & 1)
         qk = warpgroup_mma(q, k_smem.index(s).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0)),
                            zero_qk, use_acc=False, is_async=True)  # fmt: skip
@@ -282,7 +276,7 @@ def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_fu
         acc = warpgroup_mma(p16, v_smem.index(sp).reshape([BLOCK_N, HEAD_DIM]), acc,
                             is_async=True)  # fmt: skip
         if PINGPONG:
-            mbarrier.arrive(sched.index((WG + 1) % CONSUMERS))
+            mbarrier.arrive(sched.index(1 - WG))
         # wgmma groups retire in order: one outstanding = Q·K_j^T done, P·V in flight.
         qk = warpgroup_mma_wait(1, deps=(qk,))
         mbarrier.arrive(k_empty.index(s))
@@ -344,9 +338,9 @@ def _kv_buffers(k_desc, v_desc, STAGES: gl.constexpr):  # type: ignore[no-untype
 
 
 @gluon.jit
-def _ring_barriers(STAGES: gl.constexpr, CONSUMERS: gl.constexpr = 2):  # type: ignore[no-untyped-def]
-    # The K/V ring's barriers: ready (the producer's TMA landed), empty (every consumer
-    # warpgroup released the slot: one arrive each).
+def _ring_barriers(STAGES: gl.constexpr):  # type: ignore[no-untyped-def]
+    # The K/V ring's barriers: ready (the producer's TMA landed), empty (both consumer
+    # warpgroups released the slot: one arrive each).
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -354,17 +348,17 @@ def _ring_barriers(STAGES: gl.constexpr, CONSUMERS: gl.constexpr = 2):  # type: 
     for i in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=CONSUMERS)
-        mbarrier.init(v_empty.index(i), count=CONSUMERS)
+        mbarrier.init(k_empty.index(i), count=2)
+        mbarrier.init(v_empty.index(i), count=2)
     return k_ready, v_ready, k_empty, v_empty
 
 
 @gluon.jit
-def _sched_barriers(CONSUMERS: gl.constexpr = 2):  # type: ignore[no-untyped-def]
+def _sched_barriers():  # type: ignore[no-untyped-def]
     # FA3's scheduler barrier (PINGPONG): one mbarrier per consumer warpgroup, each
-    # completed by the previous warpgroup's matmul issue.
-    sched = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(CONSUMERS):
+    # completed by the other warpgroup's matmul issue.
+    sched = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(2):
         mbarrier.init(sched.index(i), count=1)
     return sched
 
@@ -430,23 +424,21 @@ def _tile_of(t, n_m, heads, batch, group, CAUSAL: gl.constexpr):  # type: ignore
 @gluon.jit
 def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,  # type: ignore[no-untyped-def]
                          seq_k, kv_group, n_m, heads, batch, group, CAUSAL: gl.constexpr,
-                         STAGES: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                         CONSUMERS: gl.constexpr):  # fmt: skip
+                         STAGES: gl.constexpr, Q_BUFFERS: gl.constexpr):  # fmt: skip
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    BLOCK_M: gl.constexpr = CONSUMERS * ROWS
     it = 0
     ti = 0
     for t in range(gl.program_id(0), n_m * heads * batch, gl.num_programs(0)):
         pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
-        m0 = pid_m * BLOCK_M
-        n_tiles = _kv_range(m0, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
-        # All consumers released this Q buffer (after their last Q·K^T of the tile
+        m0 = pid_m * 2 * ROWS
+        n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
+        # Both consumers released this Q buffer (after their last Q·K^T of the tile
         # that held it, before its last P·V and store): load this tile's Q. With two
         # buffers that was the tile before the previous one, so the producer goes on
         # to this tile's loads without waiting for the previous tile's last Q·K^T.
         qb = ti % Q_BUFFERS
         mbarrier.wait(q_empty.index(qb), ((ti // Q_BUFFERS) & 1) ^ 1)
-        _load_q(q_desc, q_smem, bars[0].index(qb), b, h, m0, CONSUMERS * qb, CONSUMERS)
+        _load_q(q_desc, q_smem, bars[0].index(qb), b, h, m0, 2 * qb)
         # The ring runs on across tiles: this tile's key tiles from position it.
         _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, h // kv_group, n_tiles, it, STAGES)
         it += n_tiles
@@ -457,11 +449,9 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
 def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale,  # type: ignore[no-untyped-def]
                          seq_k, n_m, heads, batch, group, WG: gl.constexpr,
                          CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                         PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                         CONSUMERS: gl.constexpr):  # fmt: skip
+                         PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr):  # fmt: skip
     HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
-    BLOCK_M: gl.constexpr = CONSUMERS * ROWS
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
@@ -469,17 +459,17 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
     ti = 0
     for t in range(gl.program_id(0), n_m * heads * batch, gl.num_programs(0)):
         pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
-        m0 = pid_m * BLOCK_M
+        m0 = pid_m * 2 * ROWS
         row0 = m0 + WG * ROWS
-        n_tiles = _kv_range(m0, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
+        n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
         n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
         qb = ti % Q_BUFFERS
         mbarrier.wait(bars[0].index(qb), (ti // Q_BUFFERS) & 1)
-        q = q_smem.index(CONSUMERS * qb + WG).reshape([ROWS, HEAD_DIM])
+        q = q_smem.index(2 * qb + WG).reshape([ROWS, HEAD_DIM])
         # Scheduler turns so far: n_tiles - 1 per earlier tile, i.e. it - ti.
         acc, p16, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
                                        n_tiles, n_full, it, it - ti, WG, CAUSAL, STAGES,
-                                       PINGPONG, CONSUMERS)  # fmt: skip
+                                       PINGPONG)  # fmt: skip
         # Every Q·K^T of this tile retired: the producer may load a later tile's Q
         # into this buffer while this warpgroup finishes P·V and stores O.
         mbarrier.arrive(q_empty.index(qb))
@@ -497,65 +487,37 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
 def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, n_m,  # type: ignore[no-untyped-def]
                             heads, batch, group, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                             PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                            PRODUCER_REGS: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                            CONSUMERS: gl.constexpr):  # fmt: skip
+                            PRODUCER_REGS: gl.constexpr, Q_BUFFERS: gl.constexpr):  # fmt: skip
     # One CTA per SM, output tiles dealt round-robin (heaviest first when causal).
-    # CONSUMERS warpgroups of ROWS query rows each (2, or 3 at head_dim 64 as FA3's
-    # 192-row tiles); Q_BUFFERS sets of Q buffers (one per consumer warpgroup), each
-    # with its barriers.
-    q_smem = gl.allocate_shared_memory(q_desc.dtype,
-                                       [CONSUMERS * Q_BUFFERS] + q_desc.block_type.shape,
+    # Q_BUFFERS pairs of Q buffers (one per consumer warpgroup), each with its barriers.
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape,
                                        q_desc.layout)  # fmt: skip
-    o_smem = gl.allocate_shared_memory(o_desc.dtype, [CONSUMERS] + o_desc.block_type.shape,
-                                       o_desc.layout)  # fmt: skip
+    o_smem = gl.allocate_shared_memory(o_desc.dtype, [2] + o_desc.block_type.shape, o_desc.layout)
     k_smem, v_smem = _kv_buffers(k_desc, v_desc, STAGES)
     q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFFERS, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(Q_BUFFERS):
         mbarrier.init(q_bar.index(i), count=1)
-        # One arrive per consumer warpgroup and tile.
-        mbarrier.init(q_empty.index(i), count=CONSUMERS)
-    k_ready, v_ready, k_empty, v_empty = _ring_barriers(STAGES, CONSUMERS)
-    sched = _sched_barriers(CONSUMERS)
+        mbarrier.init(q_empty.index(i), count=2)  # one arrive per consumer warpgroup and tile
+    k_ready, v_ready, k_empty, v_empty = _ring_barriers(STAGES)
+    sched = _sched_barriers()
     bars = (q_bar, k_ready, v_ready, k_empty, v_empty, sched)
-    # The partition list is spelled out per count of consumers (it cannot be built from
-    # a constexpr count).
-    gl.static_assert(CONSUMERS == 2 or CONSUMERS == 3, "CONSUMERS must be 2 or 3")
-    if CONSUMERS == 3:
-        gl.warp_specialize(
-            [
-                (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
-                                        qk_scale, seq_k, n_m, heads, batch, group, 0, CAUSAL,
-                                        STAGES, PINGPONG, Q_BUFFERS, 3)),
-                (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
-                                        qk_scale, seq_k, n_m, heads, batch, group, 1, CAUSAL,
-                                        STAGES, PINGPONG, Q_BUFFERS, 3)),
-                (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
-                                        qk_scale, seq_k, n_m, heads, batch, group, 2, CAUSAL,
-                                        STAGES, PINGPONG, Q_BUFFERS, 3)),
-                (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
-                                        q_empty, seq_k, kv_group, n_m, heads, batch, group,
-                                        CAUSAL, STAGES, Q_BUFFERS, 3)),
-            ],
-            [4, 4, 1],
-            [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS],
-        )  # fmt: skip
-    else:
-        gl.warp_specialize(
-            [
-                (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
-                                        qk_scale, seq_k, n_m, heads, batch, group, 0, CAUSAL,
-                                        STAGES, PINGPONG, Q_BUFFERS, 2)),
-                (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
-                                        qk_scale, seq_k, n_m, heads, batch, group, 1, CAUSAL,
-                                        STAGES, PINGPONG, Q_BUFFERS, 2)),
-                (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
-                                        q_empty, seq_k, kv_group, n_m, heads, batch, group,
-                                        CAUSAL, STAGES, Q_BUFFERS, 2)),
-            ],
-            [4, 1],
-            [CONSUMER_REGS, PRODUCER_REGS],
-        )  # fmt: skip
+
+    gl.warp_specialize(
+        [
+            (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
+                                    qk_scale, seq_k, n_m, heads, batch, group, 0, CAUSAL, STAGES,
+                                    PINGPONG, Q_BUFFERS)),
+            (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
+                                    qk_scale, seq_k, n_m, heads, batch, group, 1, CAUSAL, STAGES,
+                                    PINGPONG, Q_BUFFERS)),
+            (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
+                                    q_empty, seq_k, kv_group, n_m, heads, batch, group,
+                                    CAUSAL, STAGES, Q_BUFFERS)),
+        ],
+        [4, 1],
+        [CONSUMER_REGS, PRODUCER_REGS],
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------
@@ -897,12 +859,12 @@ def launch_choice(
     k_desc, v_desc = _descriptor(k, cfg["BLOCK_N"]), _descriptor(v, cfg["BLOCK_N"])
     scalars: Scalars = (scale * math.log2(math.e), seq_k, heads_q // k.shape[1])
     if variant is not None and variant.startswith("ws-persistent"):
-        n_m = triton.cdiv(seq_q, cfg["CONSUMERS"] * _ROWS)
+        n_m = triton.cdiv(seq_q, 2 * _ROWS)
         grid = (min(n_m * heads_q * batch, _sm_count(q)), 1, 1)  # 3-D: the raw launcher's
         scalars = (*scalars, n_m, heads_q, batch, _l2_group(q, k, heads_q * batch))
         constexprs: Scalars = (causal, cfg["STAGES"], variant == "ws-persistent-pingpong",
                                cfg["CONSUMER_REGS"], cfg["PRODUCER_REGS"],
-                               cfg["Q_BUFFERS"], cfg["CONSUMERS"])  # fmt: skip
+                               cfg["Q_BUFFERS"])  # fmt: skip
         kernel = _attn_fwd_ws_persistent[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs,
             num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"],

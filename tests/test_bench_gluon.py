@@ -17,9 +17,9 @@ HD128_FULL = (1, 2, 2, 10, 10, 128, False, "float16")
 
 
 def test_shape_filters_are_not_config_entries():
-    assert bench_gluon.parse_gluon("gluon-ws-persistent:CONSUMERS=3:hd=64:causal=0") == (
+    assert bench_gluon.parse_gluon("gluon-ws-persistent:STAGES=3:hd=64:causal=0") == (
         "ws-persistent",
-        {"CONSUMERS": 3},
+        {"STAGES": 3},
     )
     assert bench_gluon.parse_gluon("gluon-simple:BLOCK_N=64") == ("simple", {"BLOCK_N": 64})
 
@@ -30,7 +30,7 @@ def test_shape_filters_are_not_config_entries():
         ("sdpa", (True, True, True)),
         ("triton+gluon", (True, True, True)),
         ("gluon-ws:hd=128", (False, False, True)),
-        ("gluon-ws-persistent:CONSUMERS=3:hd=64:causal=0", (True, False, False)),
+        ("gluon-ws-persistent:STAGES=3:hd=64:causal=0", (True, False, False)),
         ("gluon-simple-overlap:causal=1", (False, True, False)),
     ],
 )

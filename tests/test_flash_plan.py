@@ -246,21 +246,6 @@ def test_gluon_choice_carries_the_config_the_kernel_launches_with():
         flash_plan.gluon_choice(128, False, "fast", {})
 
 
-def test_three_consumer_warpgroups_only_where_their_registers_suffice():
-    # Two consumers by default; three (192-row tiles) at head_dim 64 non-causal, with the
-    # 16-warp register split unless the caller sets it.
-    assert flash_plan.gluon_config(64, False, "ws-persistent-pingpong")["CONSUMERS"] == 2
-    three = flash_plan.gluon_config(64, False, "ws-persistent-pingpong", CONSUMERS=3)
-    assert (three["CONSUMER_REGS"], three["maxnreg"]) == (160, 128)
-    assert flash_plan.gluon_config(64, False, "ws-persistent", CONSUMERS=3,
-                                   CONSUMER_REGS=152)["CONSUMER_REGS"] == 152  # fmt: skip
-    for head_dim, causal, consumers in ((128, False, 3), (64, True, 3), (64, False, 4)):
-        with pytest.raises(ValueError, match="CONSUMERS must be 2, or 3 at head_dim 64"):
-            flash_plan.gluon_config(head_dim, causal, "ws-persistent", CONSUMERS=consumers)
-    with pytest.raises(ValueError, match="unknown"):
-        flash_plan.gluon_config(64, False, "ws", CONSUMERS=3)
-
-
 # ----------------------------------------------------------------------------------------
 # The registry's names
 # ----------------------------------------------------------------------------------------

@@ -207,9 +207,7 @@ def _left_a_daemon(*args: object, **kwargs: object) -> proc.GroupRun:
     return proc.GroupRun(0, "", "", strays=(proc.Stray(4242, "sleep"),))
 
 
-def test_a_resources_child_that_leaves_a_process_is_an_infrastructure_error(
-    tmp_path, monkeypatch
-):
+def test_a_resources_child_that_leaves_a_process_is_an_infrastructure_error(tmp_path, monkeypatch):
     """The compile-only child runs the tree's code too: what it leaves is named, not
     taken for a clean compile (run_group has killed it)."""
     from guard.base.errors import InfraError

@@ -250,6 +250,7 @@ def test_cuda_kernel_report_from_nvcc(caches: Path, monkeypatch: pytest.MonkeyPa
     assert res.toolchain.startswith("nvcc ")
     cached = list((caches / "guard-cache" / "resources").glob("cuda_flash-*-sm_90.txt"))
     assert len(cached) == 1
+
     # The second call reads the cached report (keyed by source, nvcc version, arch):
     # no compile.
     def no_compile(*args: object, **kwargs: object) -> None:

@@ -292,9 +292,7 @@ class Prepared:
                 self._replay()
                 events[i + 1].record()
             events[-1].synchronize()
-            return [
-                events[i].elapsed_time(events[i + 1]) * 1e-3 / self.calls for i in range(n)
-            ]
+            return [events[i].elapsed_time(events[i + 1]) * 1e-3 / self.calls for i in range(n)]
         out = []
         for _ in range(n):
             if self.device == "cuda":

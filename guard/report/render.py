@@ -80,6 +80,7 @@ COMPARISON_HEADER = ["case", "baseline", "candidate", "ratio", "CI", "threshold"
 
 # ------------------------------------------------------------------ escaping
 
+
 def _moved(c: CaseComparison) -> bool:
     return shown_as_moved(c.case_verdict, c.gate, c.fails)
 
