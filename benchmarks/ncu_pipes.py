@@ -1,0 +1,139 @@
+"""Nsight Compute: which pipe limits the attention kernels, ours beside SDPA's.
+
+    PYTHONPATH=. python3 benchmarks/ncu_pipes.py --out DIR [--shape 4,16,2048,64,full,bfloat16]
+
+Profiles one call (after warm-up) of the entry point (``flash_attention``) and of SDPA's
+default backend (cuDNN on Hopper) per shape, and reports per kernel the tensor pipe, the
+XU pipe (MUFU: exp2, and type conversions), the FMA and ALU pipes, issue slots and the
+top stalls. The guard's own profile (``guard.measure.profile``) answers "what changed";
+this answers "what is the kernel waiting for". Metrics the chip lacks (``ncu
+--query-metrics``) are left out and named. Writes DIR/ncu-pipes.md and the raw CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ncu_gluon import parse_shape  # noqa: E402  (benchmarks/ is not a package)
+
+RANGE = "pipes"
+PIPES = {
+    "gpu__time_duration.sum": "duration (ns)",
+    "sm__cycles_elapsed.avg.per_second": "SM clock (Hz)",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe %",
+    "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": "XU pipe (MUFU) %",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "FMA pipe %",
+    "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active": "ALU pipe %",
+    "sm__inst_issued.avg.pct_of_peak_sustained_active": "issue slots %",
+}
+STALLS = ("wait", "barrier", "gmma", "math_pipe_throttle", "long_scoreboard", "not_selected",
+          "dispatch_stall", "short_scoreboard")  # fmt: skip
+SHAPES = [(4, 16, 2048, 64, False, "bfloat16"), (4, 32, 4096, 128, False, "float16")]
+
+
+def target(shapes: list[tuple[int, int, int, int, bool, str]]) -> None:
+    """Runs in ncu: per shape and provider, warm-up calls, then one call in the range."""
+    import torch
+    import torch.nn.functional as F
+
+    from kernels.triton_flash_fwd import flash_attention_fwd
+
+    providers = {
+        "entry point": lambda q, k, v, c: flash_attention_fwd(q, k, v, causal=c),
+        "sdpa": lambda q, k, v, c: F.scaled_dot_product_attention(q, k, v, is_causal=c),
+    }
+    for b, h, s, d, causal, dtype in shapes:
+        q, k, v = (
+            torch.randn(b, h, s, d, device="cuda", dtype=getattr(torch, dtype)) for _ in range(3)
+        )
+        for name, fn in providers.items():
+            for _ in range(5):
+                fn(q, k, v, causal)
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push(RANGE)
+            fn(q, k, v, causal)
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+            print(f"profiled {name} {(b, h, s, d, causal, dtype)}", flush=True)
+
+
+def known_metrics(ncu: str, wanted: list[str]) -> tuple[list[str], list[str]]:
+    """The wanted metrics this GPU's ncu knows, and those it does not."""
+    listing = subprocess.run(
+        [ncu, "--query-metrics"], capture_output=True, text=True, timeout=120
+    ).stdout
+    bases = {line.split()[0] for line in listing.splitlines() if line.strip()}
+    have = [m for m in wanted if m.split(".")[0] in bases]
+    return have, [m for m in wanted if m not in have]
+
+
+def rows_of(raw: str) -> list[dict[str, str]]:
+    """ncu --csv --page raw: a header, a units row, then one row per kernel launch."""
+    lines = [line for line in raw.splitlines() if line.startswith('"')]
+    table = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    return table[1:]  # the units row
+
+
+def markdown(rows: list[dict[str, str]], names: list[str], metrics: list[str]) -> str:
+    cols = [m for m in PIPES if m in metrics]
+    stall_cols = [m for m in metrics if m.startswith("smsp__warp_issue_stalled_")]
+    head = ["call", "kernel", *(PIPES[m] for m in cols), "top stalls (% of warps)"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    names = names + [f"launch {i}" for i in range(len(names), len(rows))]
+    for name, row in zip(names, rows, strict=False):
+        stalls = sorted(
+            ((m.split("stalled_")[1].split("_per_warp")[0], float(row[m].replace(",", "")))
+             for m in stall_cols if row.get(m)), key=lambda x: -x[1])[:3]  # fmt: skip
+        cells = [row.get(m, "—") for m in cols]
+        out.append("| " + " | ".join([name, row.get("Kernel Name", "?")[:60], *cells,
+                   ", ".join(f"{r} {v:.1f}" for r, v in stalls)]) + " |")  # fmt: skip
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--shape", type=parse_shape, action="append", default=None)
+    parser.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    shapes = args.shape or SHAPES
+    if args.target:
+        target(shapes)
+        return 0
+    ncu = shutil.which("ncu")
+    if ncu is None or args.out is None:
+        print("ncu not on PATH (or no --out): nothing profiled", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    wanted = [*PIPES, *(f"smsp__warp_issue_stalled_{r}_per_warp_active.pct" for r in STALLS)]
+    metrics, missing = known_metrics(ncu, wanted)
+    shape_args = [f"--shape={b},{h},{s},{d},{'causal' if c else 'full'},{dt}"
+                  for b, h, s, d, c, dt in shapes]  # fmt: skip
+    cmd = [ncu, "--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "none",
+           "--metrics", ",".join(metrics), "--csv", "--page", "raw", sys.executable,
+           __file__, "--target", *shape_args]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+    (args.out / "ncu-pipes.csv").write_text(proc.stdout)
+    names = [f"{p} {s[:4]} {'causal' if s[4] else 'full'} {s[5]}"
+             for s in shapes for p in ("entry point", "sdpa")]  # fmt: skip
+    rows = rows_of(proc.stdout)
+    text = markdown(rows, names, metrics) if rows else proc.stdout[-3000:] + proc.stderr[-3000:]
+    if missing:
+        text += "\n\nNot known to this ncu: " + ", ".join(missing)
+    (args.out / "ncu-pipes.md").write_text(text + "\n")
+    print(text)
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
