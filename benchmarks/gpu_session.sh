@@ -53,6 +53,8 @@ for p in "$@"; do
         --shapes all --providers sdpa,triton --paired sdpa,triton --rounds "${GLUON_ROUNDS:-6}" --budget-s 280 ;;
     ncu-gluon)
       phase ncu-gluon 150 python3 benchmarks/ncu_gluon.py --out "$OUT" --budget-s 60 ;;
+    ncu-pipes)  # which pipe each kernel waits on: the entry point beside cuDNN (about 30 s)
+      phase ncu-pipes 200 python3 benchmarks/ncu_pipes.py --out "$OUT" ;;
     pack)  # all but the baselines in one tarball, for a runner that returns few files
       (cd "$OUT" && tar czf /tmp/session.tgz --exclude='./nvidia-*.json' . \
         && find . -type f ! -name 'nvidia-*.json' -delete \
