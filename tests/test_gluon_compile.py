@@ -2,7 +2,8 @@
 
 No GPU needed: ``benchmarks/compile_report.py --gluon --json`` compiles every variant
 for fp16/bf16 x head_dim 64/128 x causal through a target-only driver and reads
-registers, spills and shared memory with triton's bundled ptxas. It runs in a
+registers, spills and shared memory with triton's bundled ptxas, and where the softmax
+lies in the SASS with its bundled cuobjdump. It runs in a
 subprocess: the compile-only driver replaces triton's active driver for the whole
 process, and the interpreter tests of this session must not see that.
 """
@@ -66,3 +67,24 @@ def test_structure_of_the_warp_specialized_kernel(report):
             assert row["setmaxnreg"], f"{name}: no register reallocation"
         else:
             assert row["ws_regions"] == 0 and row["warps"] == 4, name
+
+
+def test_a_whole_tiles_softmax_runs_under_the_p_v_product(report):
+    # In the SASS, between the wait that leaves P·V in flight and the wait for it: at
+    # least one tile's exponentials a thread (64 rows x BLOCK_N keys over 128 threads).
+    # ptxas may move work across a wait whatever the source order says, so the check
+    # reads what the GPU runs. The plain kernel, which waits for P·V before its softmax,
+    # has none there: the check tells the two apart.
+    from kernels.flash_plan import gluon_config
+
+    if any(row.get("exp_under_pv") is None for row in report):
+        reason = "no cuobjdump (triton's or PATH's) to read the SASS with"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    for row, name in zip(report, _ids(report), strict=True):
+        tile = gluon_config(row["head_dim"], row["causal"], row["variant"])["BLOCK_N"] // 2
+        if row["variant"] == "simple":
+            assert row["exp_under_pv"] == 0, f"{name}: {row['exp_under_pv']}"
+        else:
+            assert row["exp_under_pv"] >= tile, f"{name}: {row['exp_under_pv']} < {tile}"
