@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -33,7 +35,7 @@ import tune_triton  # benchmarks/ is not a package
 
 from kernels import triton_flash
 from kernels.flash_plan import TMA_WS
-from kernels.ptxas import parse_arch, ptxas_report
+from kernels.ptxas import exponentials_under_pv, find_cuobjdump, parse_arch, ptxas_report
 from kernels.triton_compile import CompiledLaunch, _ptxas_for, compile_only, kernel_record
 from kernels.triton_flash_resources import choice_for
 
@@ -58,38 +60,20 @@ def resources(launch: CompiledLaunch, arch: str) -> dict:
             {int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}
         ),
         "ptxas_warnings": _ptxas_warnings(ptx, arch),
-        "exp_under_pv": exponentials_under_pv(_sass(launch.kernel.asm["cubin"])),
+        "exp_under_pv": _exponentials_under_pv(launch.kernel.asm["cubin"]),
     }
 
 
-def exponentials_under_pv(sass: str | None) -> int | None:
-    """The most ``MUFU.EX2`` in a stretch of SASS between a wait that leaves one wgmma
-    group in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``) and the next wait for all
-    (``0x0``): a tile's softmax there runs under the P·V in flight (FA3's intra-warpgroup
-    overlap as the GPU runs it, whatever the source order said). None without a SASS."""
-    if sass is None:
-        return None
-    stretches = re.findall(r"DEPBAR\.LE gsb0, 0x1 ;(.*?)DEPBAR\.LE gsb0, 0x0 ;", sass, flags=re.S)
-    return max((stretch.count("MUFU.EX2") for stretch in stretches), default=0)
-
-
-def _sass(cubin: bytes) -> str | None:
-    """cuobjdump -sass of a cubin (the one triton bundles, else PATH's); None without one."""
-    import shutil
-    import subprocess
-    import tempfile
-
-    import triton.backends.nvidia as nvidia_backend
-
-    bundled = Path(nvidia_backend.__file__).parent / "bin" / "cuobjdump"
-    tool = str(bundled) if bundled.is_file() else shutil.which("cuobjdump")
+def _exponentials_under_pv(cubin: bytes) -> int | None:
+    """``exponentials_under_pv`` of a cubin's SASS; None without a cuobjdump to read it."""
+    tool = find_cuobjdump()
     if tool is None:
         return None
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
         listing = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True)
-    return listing.stdout if listing.returncode == 0 else None
+    return exponentials_under_pv(listing.stdout) if listing.returncode == 0 else None
 
 
 def _ptxas_warnings(ptx: str, arch: str) -> list[str]:

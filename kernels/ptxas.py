@@ -6,8 +6,10 @@ memory per block, a parser for ``ptxas -v`` output, a ``ptxas`` run on PTX text
 cached on disk, and ``ResourcesUnavailable``, which a hook raises when it cannot
 compile here (no compiler, unsupported shape) and whose message the guard records.
 
-This module imports neither torch nor triton: the CUDA extension's hook uses it with
-nvcc alone. Triton's compile-only machinery is in ``kernels/triton_compile.py``.
+Also the SASS readers both kernels' offline checks share (``find_cuobjdump``,
+``exponentials_under_pv``). This module imports neither torch nor triton at import
+time: the CUDA extension's hook uses it with nvcc alone. Triton's compile-only
+machinery is in ``kernels/triton_compile.py``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import functools
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -243,3 +246,30 @@ def ptxas_report(
         return proc.stdout + proc.stderr
 
     return cached_text(f"ptxas-{digest.hexdigest()[:24]}", run)
+
+
+def find_cuobjdump(nvcc: str | None = None) -> str | None:
+    """A cuobjdump to read SASS with: ``$CUDA_HOME``'s, beside ``nvcc``, on PATH, else the
+    one triton bundles; None when there is none."""
+    candidates = [Path(os.environ.get("CUDA_HOME", "/nonexistent")) / "bin" / "cuobjdump"]
+    if nvcc is not None:
+        candidates.append(Path(nvcc).resolve().parent / "cuobjdump")
+    if found := shutil.which("cuobjdump"):
+        candidates.append(Path(found))
+    try:
+        import triton.backends.nvidia as nvidia_backend
+
+        candidates.append(Path(nvidia_backend.__file__).parent / "bin" / "cuobjdump")
+    except ImportError:
+        pass
+    return next((str(c) for c in candidates if c.is_file()), None)
+
+
+def exponentials_under_pv(sass: str) -> int:
+    """The most ``MUFU.EX2`` in a stretch of a kernel's SASS between a wait that leaves
+    one wgmma group in flight (``WARPGROUP.DEPBAR.LE gsb0, 0x1``) and the next wait for
+    all (``0x0``): a tile's softmax there runs under the P·V in flight, FA3's
+    intra-warpgroup overlap as the GPU runs it (ptxas may move work across a wait
+    whatever the source order says)."""
+    stretches = re.findall(r"DEPBAR\.LE gsb0, 0x1 ;(.*?)DEPBAR\.LE gsb0, 0x0 ;", sass, flags=re.S)
+    return max((stretch.count("MUFU.EX2") for stretch in stretches), default=0)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sysconfig
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +26,7 @@ from conftest import KERNEL_SEED
 
 from kernels import cuda_flash
 from kernels import cuda_flash_resources as res
+from kernels.ptxas import exponentials_under_pv, find_cuobjdump
 from kernels.reference import attention_reference
 from kernels.sdpa import sdpa_default
 
@@ -314,21 +314,9 @@ def test_hopper_kernel_compiles_for_sm90a_without_spills(
 def _cuobjdump() -> str:
     """cuobjdump of the CUDA toolkit (CUDA_HOME, beside the real nvcc, PATH), else the one
     triton bundles. None in CI fails the test (it is how CI reads the SASS); else skip."""
-    nvcc = cuda_flash.find_nvcc()
-    candidates = [Path(os.environ.get("CUDA_HOME", "/nonexistent")) / "bin" / "cuobjdump"]
-    if nvcc is not None:
-        candidates.append(Path(nvcc).resolve().parent / "cuobjdump")
-    if found := shutil.which("cuobjdump"):
-        candidates.append(Path(found))
-    try:
-        import triton.backends.nvidia as nvidia_backend
-
-        candidates.append(Path(nvidia_backend.__file__).parent / "bin" / "cuobjdump")
-    except ImportError:
-        pass
-    for candidate in candidates:
-        if candidate.is_file():
-            return str(candidate)
+    tool = find_cuobjdump(cuda_flash.find_nvcc())
+    if tool is not None:
+        return tool
     reason = "no cuobjdump (CUDA toolkit or triton) to read the SASS with"
     if os.environ.get("CI") == "true":
         pytest.fail(reason)
@@ -348,10 +336,7 @@ def _softmax_between_waits(sass: str) -> dict[str, tuple[int, int]]:
         kernel = res.hopper_instantiation(name)
         if kernel is None or not (kernel.head_dim == 64 or kernel.block_n == 128):
             continue
-        stretches = re.findall(r"DEPBAR\.LE gsb0, 0x1 ;(.*?)DEPBAR\.LE gsb0, 0x0 ;", function,
-                               flags=re.S)  # fmt: skip
-        most = max((stretch.count("MUFU.EX2") for stretch in stretches), default=0)
-        found[name] = (most, kernel.block_n // 2)
+        found[name] = (exponentials_under_pv(function), kernel.block_n // 2)
     return found
 
 

@@ -3,7 +3,7 @@
 No GPU needed: ``benchmarks/compile_report.py --gluon --json`` compiles every variant
 for fp16/bf16 x head_dim 64/128 x causal through a target-only driver and reads
 registers, spills and shared memory with triton's bundled ptxas, and where the softmax
-lies in the SASS with its bundled cuobjdump. It runs in a
+lies in the SASS with cuobjdump (the toolkit's or triton's). It runs in a
 subprocess: the compile-only driver replaces triton's active driver for the whole
 process, and the interpreter tests of this session must not see that.
 """
@@ -78,7 +78,7 @@ def test_a_whole_tiles_softmax_runs_under_the_p_v_product(report):
     from kernels.flash_plan import gluon_config
 
     if any(row.get("exp_under_pv") is None for row in report):
-        reason = "no cuobjdump (triton's or PATH's) to read the SASS with"
+        reason = "no cuobjdump (CUDA toolkit or triton) to read the SASS with"
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)

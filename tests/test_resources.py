@@ -29,7 +29,7 @@ from guard.measure.resources import (
 )
 from guard.store.suite import load_suite
 from kernels import cuda_flash, cuda_flash_resources
-from kernels.ptxas import ResourcesUnavailable, parse_arch, parse_ptxas
+from kernels.ptxas import ResourcesUnavailable, exponentials_under_pv, parse_arch, parse_ptxas
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ptxas"
@@ -562,3 +562,17 @@ def test_ctrl_c_while_both_trees_compile_ends_both_children_at_once(monkeypatch)
         signal.signal(signal.SIGUSR1, previous)
     # Killed: not slept to their end (0) nor stopped at their timeout (None).
     assert ends == [-signal.SIGKILL, -signal.SIGKILL]
+
+
+def test_exponentials_under_pv_counts_only_between_the_two_waits():
+    # Two stretches from "leave one wgmma group" (0x1) to "wait for all" (0x0); the
+    # largest counts. Exponentials after the wait for all (the plain kernel's softmax)
+    # and a 0x1 wait with no 0x0 after it count nothing.
+    ex2 = "        MUFU.EX2 R1, R2 ;\n"
+    sass = (
+        "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;\n" + ex2 * 3 + "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;\n"
+        + "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;\n" + ex2 * 5 + "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;\n"
+        + ex2 * 9 + "WARPGROUP.DEPBAR.LE gsb0, 0x1 ;\n" + ex2 * 7
+    )  # fmt: skip
+    assert exponentials_under_pv(sass) == 5
+    assert exponentials_under_pv("WARPGROUP.DEPBAR.LE gsb0, 0x0 ;\n" + ex2 * 4) == 0
