@@ -59,6 +59,7 @@ def resources(launch: CompiledLaunch, arch: str) -> dict:
         "wgmma_wait": sorted(
             {int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}
         ),
+        "atomics": sorted(set(re.findall(r"atom\.global\.gpu\.(\w+)", ptx))),
         "ptxas_warnings": _ptxas_warnings(ptx, arch),
         "exp_under_pv": _exponentials_under_pv(launch.kernel.asm["cubin"]),
     }
@@ -104,6 +105,23 @@ def gluon_report(as_json: bool, arch: str = "sm_90") -> int:
                         failed += 1
                         entry["error"] = tune_triton.first_line(exc)
                     print(json.dumps(entry) if as_json else entry, flush=True)
+    # The persistent kernel ending on runs of key tiles (SPLIT_KEYS): a shape whose row
+    # blocks (1024) do not divide among an H100's 132 CTAs, so that the runs apply.
+    for variant in ("ws-persistent", "ws-persistent-pingpong"):
+        for dtype in (torch.float16, torch.bfloat16):
+            for head_dim in gf.SUPPORTED_HEAD_DIMS:
+                q = torch.empty(4, 16, 2048, head_dim, dtype=dtype)
+                entry = {"variant": variant, "dtype": str(dtype).removeprefix("torch."),
+                         "head_dim": head_dim, "causal": False, "split": True}  # fmt: skip
+                try:
+                    with compile_only(arch) as launches:
+                        gf.launch(q, q, q, torch.empty_like(q), False, head_dim**-0.5, variant,
+                                  SPLIT_KEYS=1)  # fmt: skip
+                        entry.update(resources(launches[-1], arch))
+                except Exception as exc:
+                    failed += 1
+                    entry["error"] = tune_triton.first_line(exc)
+                print(json.dumps(entry) if as_json else entry, flush=True)
     return 1 if failed else 0
 
 

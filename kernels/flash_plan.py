@@ -285,6 +285,10 @@ def gluon_config(
             # Two pairs of Q buffers: the producer goes on to the next tile's Q and key
             # tiles without waiting for this tile's last Q·K^T.
             cfg["Q_BUFFERS"] = 2
+            # 1: non-causal, where the row blocks do not divide evenly among the CTAs,
+            # cut the key tiles into equal runs instead (a row block cut in two is
+            # merged through a global workspace); see gluon_flash_fwd.split_runs.
+            cfg["SPLIT_KEYS"] = 0
     unknown = set(overrides) - set(cfg)
     if unknown:
         raise ValueError(f"config overrides {sorted(unknown)} unknown for variant {variant!r}")
@@ -353,7 +357,17 @@ class Tier(NamedTuple):
 # lengths with fewer than 256 row blocks (e.g. (1,8,8,2048,64), which the persistent
 # kernel ran before, from 2048^2 at any count) follow the 128-row-block measurement
 # there: not measured on their own.
+# hd 128 non-causal from 4096^2 and 1024 tiles: the persistent kernel ending on equal
+# runs of key tiles (SPLIT_KEYS; where the row blocks divide evenly among the CTAs it
+# runs as before), H100 2026-11-28, side by side with cuDNN and the entry point in two
+# calls (docs/data/h100-2026-11-28/gluon-split-keys-0554.txt, -goals-0559.txt):
+# (1,16,16,16384,128) fp16 0.927x and 0.937x against 0.967x and 0.965x,
+# (4,32,32,4096,128) 0.942x and 0.938x against 0.948x and 0.955x, GQA (1,32,4,16384,128)
+# 0.951x and 0.946x against 0.952x and 0.959x. Not below: (2,8,8,2048,128) took 1.217x
+# against 0.956x (short key ranges: the cut's merge and the shorter parts cost more than
+# the last round's idle CTAs).
 FASTER_FROM: dict[tuple[int, bool], tuple[Tier, ...]] = {
+    (128, False): (Tier(4096 * 4096, 1024, "ws-persistent", {"SPLIT_KEYS": 1}),),
     (128, True): (Tier(8192 * 8192, 0, "ws", {}),),
     (64, False): (Tier(256 * 256, 256, "ws-persistent-pingpong", {}),),
 }

@@ -32,7 +32,11 @@ as soon as its last Q·K^T retired: the producer loads a tile's Q while the tile
 it runs, and the consumers finish P·V and store O from their own buffers (the TMA
 store waited on only before the next tile overwrites it). FA3's persistent scheduler
 in its static form; the prologue and epilogue a per-tile CTA pays with idle tensor
-cores overlap the neighbouring tiles' work.
+cores overlap the neighbouring tiles' work. ``SPLIT_KEYS`` (non-causal, where the row
+blocks do not divide evenly among the CTAs) deals all but the last two rounds' worth that
+way, then cuts the remaining row blocks' key tiles into one equal run per CTA, so the
+last round leaves no SM idle; a row block cut in two is merged through a global
+workspace by the CTA holding its second part (``_merge_parts``).
 
 ``_attn_fwd_simple`` is the plain version of the same kernel (no warp
 specialization, one warpgroup of 64 rows, a TMA ring refilled by the consumer, no
@@ -187,9 +191,11 @@ def _n_full(row0, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):  # type: 
 
 
 @gluon.jit
-def _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, hk, n_tiles, it0, STAGES: gl.constexpr):  # type: ignore[no-untyped-def]
-    # The producer's ring: K and V tiles 0..n_tiles-1 of one head into ring positions
-    # it0, it0+1, ... (it0 > 0 where a persistent CTA's ring runs on across tiles).
+def _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, hk, n_tiles, it0, STAGES: gl.constexpr,  # type: ignore[no-untyped-def]
+             kb0=0):  # fmt: skip
+    # The producer's ring: K and V tiles kb0..kb0+n_tiles-1 of one head into ring
+    # positions it0, it0+1, ... (it0 > 0 where a persistent CTA's ring runs on across
+    # tiles; kb0 > 0 for the second part of a row block split between two CTAs).
     _, k_ready, v_ready, k_empty, v_empty, _ = bars
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     for j in range(n_tiles):
@@ -200,12 +206,12 @@ def _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, hk, n_tiles, it0, STAGES: 
         mbarrier.wait(k_empty.index(s), phase)
         mbarrier.expect(k_ready.index(s), k_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
-            k_desc, [b, hk, j * BLOCK_N, 0], k_ready.index(s), k_smem.index(s)
+            k_desc, [b, hk, (kb0 + j) * BLOCK_N, 0], k_ready.index(s), k_smem.index(s)
         )
         mbarrier.wait(v_empty.index(s), phase)
         mbarrier.expect(v_ready.index(s), v_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(
-            v_desc, [b, hk, j * BLOCK_N, 0], v_ready.index(s), v_smem.index(s)
+            v_desc, [b, hk, (kb0 + j) * BLOCK_N, 0], v_ready.index(s), v_smem.index(s)
         )
 
 
@@ -229,10 +235,12 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0
 @gluon.jit
 def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_full, it0, g0,  # type: ignore[no-untyped-def]
                    WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                   PINGPONG: gl.constexpr):  # fmt: skip
+                   PINGPONG: gl.constexpr, kb0=0):  # fmt: skip
     # One row block's key tiles through the ring, from ring position it0 (a persistent
     # CTA's earlier tiles used positions 0..it0-1): every Q·K^T and all but the last
-    # P·V. Returns acc, P of the last tile (its P·V still to issue), m and l. g0: the
+    # P·V; key tiles kb0.. of the row (kb0 > 0: the second part of a row block split
+    # between two CTAs). Returns acc, P of the last tile (its P·V still to issue), m
+    # and l. g0: the
     # scheduler-barrier turns this warpgroup took before (PINGPONG; a persistent CTA's
     # turns run on across tiles, n_tiles - 1 per tile).
     _, k_ready, v_ready, k_empty, v_empty, sched = bars
@@ -257,8 +265,8 @@ def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_fu
     mbarrier.arrive(k_empty.index(s0))
     m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, qk_layout))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, qk_layout))
-    p, m_i, l_i, alpha = _tile_softmax(qk, 0, n_full == 0, row0, seq_k, m_i, l_i, qk_scale,
-                                       CAUSAL)  # fmt: skip
+    p, m_i, l_i, alpha = _tile_softmax(qk, kb0 * BLOCK_N, kb0 >= n_full, row0, seq_k, m_i,
+                                       l_i, qk_scale, CAUSAL)  # fmt: skip
     p16 = gl.convert_layout(p.to(dtype), p_layout)
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
@@ -280,14 +288,14 @@ def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_fu
         # wgmma groups retire in order: one outstanding = Q·K_j^T done, P·V in flight.
         qk = warpgroup_mma_wait(1, deps=(qk,))
         mbarrier.arrive(k_empty.index(s))
-        p, m_new, l_i, alpha = _tile_softmax(qk, j * BLOCK_N, j >= n_full, row0, seq_k, m_i,
-                                             l_i, qk_scale, CAUSAL)  # fmt: skip
+        p, m_new, l_i, alpha = _tile_softmax(qk, (kb0 + j) * BLOCK_N, kb0 + j >= n_full, row0,
+                                             seq_k, m_i, l_i, qk_scale, CAUSAL)  # fmt: skip
         acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
         mbarrier.arrive(v_empty.index(sp))
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         p16 = gl.convert_layout(p.to(dtype), p_layout)
         m_i = m_new
-    return acc, p16, l_i
+    return acc, p16, m_i, l_i
 
 
 @gluon.jit
@@ -318,8 +326,8 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n
     n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
     mbarrier.wait(bars[0], 0)
     q = q_smem.index(WG).reshape([ROWS, HEAD_DIM])
-    acc, p16, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles,
-                                   n_full, 0, 0, WG, CAUSAL, STAGES, PINGPONG)  # fmt: skip
+    acc, p16, _, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles,
+                                      n_full, 0, 0, WG, CAUSAL, STAGES, PINGPONG)  # fmt: skip
     acc = _last_pv(acc, p16, v_smem, bars, n_tiles - 1, STAGES)
     # This warpgroup's Q buffer is free (its last Q·K^T retired): stage O there.
     _store_out(acc, l_i, q_smem.index(WG), o_desc, b, h, row0, o_layout)
@@ -422,16 +430,139 @@ def _tile_of(t, n_m, heads, batch, group, CAUSAL: gl.constexpr):  # type: ignore
 
 
 @gluon.jit
+def _pieces(n_m, heads, batch, n_kb, run, SPLIT: gl.constexpr):  # type: ignore[no-untyped-def]
+    # How many row blocks (or parts) this CTA runs, and which: the first n_dp dealt
+    # round-robin by block index (row blocks vary fastest, so the CTAs working at one
+    # time share a head's K/V in L2), then, with SPLIT, a run of the remaining row
+    # blocks' key tiles [u0, u1) (tiles first..stop-1): the last round's row blocks and
+    # the round before laid end to end (n_kb key tiles each) and cut into one equal run
+    # per CTA, so that no CTA has a whole row block more than another. The host asks for
+    # this only where the rounds are uneven; with at least one round's row blocks in the
+    # runs, each run spans a row block or more, so a row block is cut at most once.
+    # ``run``: this CTA's place in the order the CTAs started.
+    n_t = n_m * heads * batch
+    ctas = gl.num_programs(0)
+    if SPLIT:
+        n_dp = n_t // ctas - 1
+        tail0 = n_dp * ctas * n_kb
+        units = n_t * n_kb - tail0
+        u0 = tail0 + run * units // ctas
+        u1 = tail0 + (run + 1) * units // ctas
+        first = u0 // n_kb
+        count = n_dp + (u1 - 1) // n_kb + 1 - first
+    else:
+        n_dp = gl.cdiv(n_t - gl.program_id(0), ctas)
+        u0 = 0
+        u1 = 0
+        first = 0
+        count = n_dp
+    return count, n_dp, first, u0, u1
+
+
+@gluon.jit
+def _piece(i, n_dp, first, u0, u1, n_kb):  # type: ignore[no-untyped-def]
+    # The i-th row block of this CTA and its key tiles [kb0, kb1).
+    if i < n_dp:
+        t = gl.program_id(0) + i * gl.num_programs(0)
+        kb0 = i * 0
+        kb1 = kb0 + n_kb
+    else:
+        t = first + i - n_dp
+        kb0, kb1 = _key_part(t, u0, u1, n_kb)
+    return t, kb0, kb1
+
+
+@gluon.jit
+def _key_part(t, u0, u1, n_kb):  # type: ignore[no-untyped-def]
+    # The key tiles [kb0, kb1) of row block t in this CTA's run.
+    return gl.maximum(u0 - t * n_kb, 0), gl.minimum(u1 - t * n_kb, n_kb)
+
+
+@gluon.jit
+def _part_offsets(slot, part, WG: gl.constexpr, o_layout: gl.constexpr,  # type: ignore[no-untyped-def]
+                  row_layout: gl.constexpr, HEAD_DIM: gl.constexpr):  # fmt: skip
+    # Where one warpgroup's part of a cut row block lies in the workspace: slot x
+    # (first, second part) x warpgroup x ROWS rows; O rows of HEAD_DIM, (m, l) pairs.
+    base = ((slot * 2 + part) * 2 + WG) * ROWS
+    rows = base + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    o_offsets = gl.expand_dims(rows, 1) * HEAD_DIM + gl.expand_dims(cols, 0)
+    return o_offsets, 2 * (base + gl.arange(0, ROWS, layout=row_layout))
+
+
+@gluon.jit
+def _park(acc, m_i, l_i, part_ptr, stat_ptr, slot, part, WG: gl.constexpr):  # type: ignore[no-untyped-def]
+    # One part of a cut row block to the workspace: unnormalized O, m and l.
+    o_layout: gl.constexpr = acc.type.layout
+    row_layout: gl.constexpr = m_i.type.layout
+    HEAD_DIM: gl.constexpr = acc.shape[1]
+    o_offsets, stat_offsets = _part_offsets(slot, part, WG, o_layout, row_layout, HEAD_DIM)
+    gl.store(part_ptr + o_offsets, acc)
+    gl.store(stat_ptr + stat_offsets, m_i)
+    gl.store(stat_ptr + stat_offsets + 1, l_i)
+
+
+@gluon.jit
+def _signal(flag_ptr, slot):  # type: ignore[no-untyped-def]
+    # Every thread of the warpgroup: one release increment after its own stores.
+    thread_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    each = gl.arange(0, 128, layout=thread_layout)
+    gl.atomic_add(flag_ptr + slot + each * 0, gl.full([128], 1, gl.int32, thread_layout),
+                  sem="release", scope="gpu")  # fmt: skip
+
+
+@gluon.jit
+def _merge_parts(part_ptr, stat_ptr, flag_ptr, slot, WG: gl.constexpr,  # type: ignore[no-untyped-def]
+                 o_layout: gl.constexpr, HEAD_DIM: gl.constexpr):  # fmt: skip
+    # A cut row block's two parts, once the CTA of the run before (an earlier ticket,
+    # so already running) has signalled its first part from both warpgroups (2 x 128
+    # increments, each thread here an acquire): the merged O (unnormalized) and l.
+    thread_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    each = gl.arange(0, 128, layout=thread_layout)
+    zeros = gl.zeros([128], gl.int32, thread_layout)
+    seen = gl.min(gl.atomic_add(flag_ptr + slot + each * 0, zeros, sem="acquire", scope="gpu"), 0)
+    while seen < 256:
+        seen = gl.min(gl.atomic_add(flag_ptr + slot + each * 0, zeros, sem="acquire",
+                                    scope="gpu"), 0)  # fmt: skip
+    row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+    o_a, stat_a = _part_offsets(slot, 0, WG, o_layout, row_layout, HEAD_DIM)
+    o_b, stat_b = _part_offsets(slot, 1, WG, o_layout, row_layout, HEAD_DIM)
+    m_a = gl.load(stat_ptr + stat_a)
+    m_b = gl.load(stat_ptr + stat_b)
+    # Each part has a whole key tile, and any key tile has a key: m_a, m_b are finite
+    # for finite scores.
+    m_new = gl.maximum(m_a, m_b)
+    alpha = gl.exp2(m_a - m_new)
+    beta = gl.exp2(m_b - m_new)
+    l_new = gl.load(stat_ptr + stat_a + 1) * alpha + gl.load(stat_ptr + stat_b + 1) * beta
+    acc = gl.load(part_ptr + o_a) * gl.expand_dims(alpha, 1) + gl.load(
+        part_ptr + o_b
+    ) * gl.expand_dims(beta, 1)
+    return acc, l_new
+
+
+@gluon.jit
 def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,  # type: ignore[no-untyped-def]
                          seq_k, kv_group, n_m, heads, batch, group, CAUSAL: gl.constexpr,
-                         STAGES: gl.constexpr, Q_BUFFERS: gl.constexpr):  # fmt: skip
+                         STAGES: gl.constexpr, Q_BUFFERS: gl.constexpr, run,
+                         SPLIT: gl.constexpr):  # fmt: skip
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    n_kb = gl.cdiv(seq_k, BLOCK_N)
+    count, n_dp, first, u0, u1 = _pieces(n_m, heads, batch, n_kb, run, SPLIT)
     it = 0
     ti = 0
-    for t in range(gl.program_id(0), n_m * heads * batch, gl.num_programs(0)):
+    for i in range(count):
+        if SPLIT:
+            t, kb0, kb1 = _piece(i, n_dp, first, u0, u1, n_kb)
+        else:
+            t = gl.program_id(0) + i * gl.num_programs(0)
+            kb0 = 0
         pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
         m0 = pid_m * 2 * ROWS
-        n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
+        if SPLIT:
+            n_tiles = kb1 - kb0
+        else:
+            n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
         # Both consumers released this Q buffer (after their last Q·K^T of the tile
         # that held it, before its last P·V and store): load this tile's Q. With two
         # buffers that was the tile before the previous one, so the producer goes on
@@ -440,54 +571,95 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
         mbarrier.wait(q_empty.index(qb), ((ti // Q_BUFFERS) & 1) ^ 1)
         _load_q(q_desc, q_smem, bars[0].index(qb), b, h, m0, 2 * qb)
         # The ring runs on across tiles: this tile's key tiles from position it.
-        _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, h // kv_group, n_tiles, it, STAGES)
+        _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, h // kv_group, n_tiles, it, STAGES,
+                 kb0)  # fmt: skip
         it += n_tiles
         ti += 1  # noqa: SIM113 (no enumerate() in a jitted loop)
 
 
 @gluon.jit
 def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale,  # type: ignore[no-untyped-def]
-                         seq_k, n_m, heads, batch, group, WG: gl.constexpr,
-                         CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                         PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr):  # fmt: skip
+                         seq_k, n_m, heads, batch, group, part_ptr, stat_ptr, flag_ptr, run,
+                         WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                         PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr,
+                         SPLIT: gl.constexpr):  # fmt: skip
     HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
+    n_kb = gl.cdiv(seq_k, BLOCK_N)
+    count, n_dp, first, u0, u1 = _pieces(n_m, heads, batch, n_kb, run, SPLIT)
     it = 0
     ti = 0
-    for t in range(gl.program_id(0), n_m * heads * batch, gl.num_programs(0)):
+    for i in range(count):
+        if SPLIT:
+            t, kb0, kb1 = _piece(i, n_dp, first, u0, u1, n_kb)
+        else:
+            t = gl.program_id(0) + i * gl.num_programs(0)
+            kb0 = 0
         pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
         m0 = pid_m * 2 * ROWS
         row0 = m0 + WG * ROWS
-        n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
+        if SPLIT:
+            n_tiles = kb1 - kb0
+        else:
+            n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
         n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
         qb = ti % Q_BUFFERS
         mbarrier.wait(bars[0].index(qb), (ti // Q_BUFFERS) & 1)
         q = q_smem.index(2 * qb + WG).reshape([ROWS, HEAD_DIM])
         # Scheduler turns so far: n_tiles - 1 per earlier tile, i.e. it - ti.
-        acc, p16, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
-                                       n_tiles, n_full, it, it - ti, WG, CAUSAL, STAGES,
-                                       PINGPONG)  # fmt: skip
+        acc, p16, m_i, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
+                                            n_tiles, n_full, it, it - ti, WG, CAUSAL, STAGES,
+                                            PINGPONG, kb0)  # fmt: skip
         # Every Q·K^T of this tile retired: the producer may load a later tile's Q
         # into this buffer while this warpgroup finishes P·V and stores O.
         mbarrier.arrive(q_empty.index(qb))
         acc = _last_pv(acc, p16, v_smem, bars, it + n_tiles - 1, STAGES)
-        # O through this warpgroup's own buffer; the previous tile's TMA store must
-        # have read it first (waited here, not after issuing: it overlaps the tile).
-        tma.store_wait(0)
-        _store_out(acc, l_i, o_smem.index(WG), o_desc, b, h, row0, o_layout, False)
+        if SPLIT:
+            if kb0 > 0:
+                # The second part of a cut row block (this run's first): parked, and
+                # finished after the run, when the run before has its first part.
+                _park(acc, m_i, l_i, part_ptr, stat_ptr, run, 1, WG)
+            elif kb1 < n_kb:
+                # The first part (this run's last): for the run after.
+                _park(acc, m_i, l_i, part_ptr, stat_ptr, run + 1, 0, WG)
+                _signal(flag_ptr, run + 1)
+            else:
+                tma.store_wait(0)
+                _store_out(acc, l_i, o_smem.index(WG), o_desc, b, h, row0, o_layout, False)
+        else:
+            # O through this warpgroup's own buffer; the previous tile's TMA store must
+            # have read it first (waited here, not after issuing: it overlaps the tile).
+            tma.store_wait(0)
+            _store_out(acc, l_i, o_smem.index(WG), o_desc, b, h, row0, o_layout, False)
         it += n_tiles
         ti += 1  # noqa: SIM113 (no enumerate() in a jitted loop)
+    if SPLIT:  # noqa: SIM102 (a constexpr if: the runtime one inside is not compiled without it)
+        if u0 % n_kb != 0:
+            # This run began inside a row block: merge its two parts and store it.
+            pid_m, h, b = _tile_of(u0 // n_kb, n_m, heads, batch, group, CAUSAL)
+            acc, l_i = _merge_parts(part_ptr, stat_ptr, flag_ptr, run, WG, o_layout, HEAD_DIM)
+            tma.store_wait(0)
+            _store_out(acc, l_i, o_smem.index(WG), o_desc, b, h, pid_m * 2 * ROWS + WG * ROWS,
+                       o_layout, False)  # fmt: skip
     tma.store_wait(0)
 
 
 @gluon.jit
 def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, n_m,  # type: ignore[no-untyped-def]
-                            heads, batch, group, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                            heads, batch, group, part_ptr, stat_ptr, flag_ptr,
+                            CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                             PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                            PRODUCER_REGS: gl.constexpr, Q_BUFFERS: gl.constexpr):  # fmt: skip
+                            PRODUCER_REGS: gl.constexpr, Q_BUFFERS: gl.constexpr,
+                            SPLIT: gl.constexpr):  # fmt: skip
+    if SPLIT:
+        # Runs in the order CTAs start (a ticket, not the block index): a run waits
+        # only for the run before it, which has started, so none can wait forever.
+        run = gl.atomic_add(flag_ptr + gl.num_programs(0), 1)
+    else:
+        run = gl.program_id(0)
     # One CTA per SM, output tiles dealt round-robin (heaviest first when causal).
     # Q_BUFFERS pairs of Q buffers (one per consumer warpgroup), each with its barriers.
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape,
@@ -506,14 +678,16 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
     gl.warp_specialize(
         [
             (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
-                                    qk_scale, seq_k, n_m, heads, batch, group, 0, CAUSAL, STAGES,
-                                    PINGPONG, Q_BUFFERS)),
+                                    qk_scale, seq_k, n_m, heads, batch, group, part_ptr,
+                                    stat_ptr, flag_ptr, run, 0, CAUSAL, STAGES, PINGPONG,
+                                    Q_BUFFERS, SPLIT)),
             (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
-                                    qk_scale, seq_k, n_m, heads, batch, group, 1, CAUSAL, STAGES,
-                                    PINGPONG, Q_BUFFERS)),
+                                    qk_scale, seq_k, n_m, heads, batch, group, part_ptr,
+                                    stat_ptr, flag_ptr, run, 1, CAUSAL, STAGES, PINGPONG,
+                                    Q_BUFFERS, SPLIT)),
             (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
                                     q_empty, seq_k, kv_group, n_m, heads, batch, group,
-                                    CAUSAL, STAGES, Q_BUFFERS)),
+                                    CAUSAL, STAGES, Q_BUFFERS, run, SPLIT)),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],
@@ -710,6 +884,30 @@ def _l2_bytes_of(index: int) -> int:
     return int(torch.cuda.get_device_properties(index).L2_cache_size)
 
 
+def split_runs(causal: bool, tiles: int, key_tiles: int, ctas: int) -> bool:
+    """Whether the persistent kernel ends on equal runs of key tiles (SPLIT_KEYS):
+    non-causal, the row blocks not a multiple of the CTAs (else each CTA has the same
+    whole row blocks already), a run at least one row block long (so a row block is
+    cut at most once), and the run arithmetic within int32."""
+    units = tiles * key_tiles
+    return (
+        not causal
+        and tiles % ctas != 0
+        and units // ctas >= key_tiles
+        and units * (ctas + 1) < 2**31
+    )
+
+
+def _workspace(q: torch.Tensor, ctas: int) -> tuple[torch.Tensor, ...]:
+    # Per run: two parts (first, second) x two warpgroups x ROWS rows of unnormalized
+    # O (float32) and of (m, l); one flag per run and the ticket counter, zeroed.
+    rows = ctas * 2 * 2 * _ROWS
+    part = torch.empty(rows * q.shape[3], dtype=torch.float32, device=q.device)
+    stat = torch.empty(rows * 2, dtype=torch.float32, device=q.device)
+    flags = torch.zeros(ctas + 1, dtype=torch.int32, device=q.device)
+    return part, stat, flags
+
+
 def _descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     block = [1, 1, rows, t.shape[3]]
     layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
@@ -860,15 +1058,23 @@ def launch_choice(
     scalars: Scalars = (scale * math.log2(math.e), seq_k, heads_q // k.shape[1])
     if variant is not None and variant.startswith("ws-persistent"):
         n_m = triton.cdiv(seq_q, 2 * _ROWS)
-        grid = (min(n_m * heads_q * batch, _sm_count(q)), 1, 1)  # 3-D: the raw launcher's
+        ctas = min(n_m * heads_q * batch, _sm_count(q))
+        grid = (ctas, 1, 1)  # 3-D: the raw launcher's
         scalars = (*scalars, n_m, heads_q, batch, _l2_group(q, k, heads_q * batch))
+        split = bool(cfg["SPLIT_KEYS"]) and split_runs(
+            causal, n_m * heads_q * batch, triton.cdiv(seq_k, cfg["BLOCK_N"]), ctas
+        )
+        workspace = _workspace(q, ctas) if split else (None, None, None)
         constexprs: Scalars = (causal, cfg["STAGES"], variant == "ws-persistent-pingpong",
                                cfg["CONSUMER_REGS"], cfg["PRODUCER_REGS"],
-                               cfg["Q_BUFFERS"])  # fmt: skip
+                               cfg["Q_BUFFERS"], split)  # fmt: skip
         kernel = _attn_fwd_ws_persistent[grid](
-            q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs,
+            q_desc, k_desc, v_desc, o_desc, *scalars, *workspace, *constexprs,
             num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"],
         )  # fmt: skip
+        if split:
+            return None  # the workspace is the call's own: no plan that would reuse it
+        scalars = (*scalars, *workspace)
     elif variant is not None and variant.startswith("simple"):
         grid = (triton.cdiv(seq_q, _ROWS), heads_q, batch)
         constexprs = (causal, cfg["STAGES"], variant == "simple-overlap")

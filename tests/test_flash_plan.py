@@ -116,6 +116,23 @@ def test_larger_workloads_take_faster_froms_variant(
 
 
 @pytest.mark.parametrize(
+    ("seq", "seq_k", "batch_heads", "split"),
+    [
+        (4096, 4096, 128, True),  # (4,32,32,4096,128): 4096 tiles
+        (16384, 16384, 16, True),  # 2048 tiles
+        (4096, 4096, 31, False),  # 992 tiles
+        (2048, 2048, 64, False),  # below 4096^2
+        (8192, 2048, 16, True),  # the product counts, not seq_q alone
+    ],
+)
+def test_hd128_full_ends_on_key_runs_from_4096_squared(seq, seq_k, batch_heads, split):
+    choice = choose(seq, 128, False, kernel="auto", seq_k=seq_k, batch_heads=batch_heads)
+    assert choice.label == "gluon-ws-persistent"
+    assert dict(choice.overrides).get("SPLIT_KEYS", 0) == int(split)
+    assert dict(choice.gluon_config)["SPLIT_KEYS"] == int(split)
+
+
+@pytest.mark.parametrize(
     ("seq", "batch_heads", "expected"),
     [
         (512, 256, "gluon-ws-persistent-pingpong"),  # (16,16,512,64): 1024 tiles

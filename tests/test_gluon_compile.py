@@ -39,13 +39,15 @@ def report() -> list[dict]:
 
 def _ids(rows):
     return [f"{r['variant']}-{r['dtype']}-hd{r['head_dim']}-{'causal' if r['causal'] else 'full'}"
-            for r in rows]  # fmt: skip
+            f"{'-split' if r.get('split') else ''}" for r in rows]  # fmt: skip
 
 
 def test_every_config_compiles_without_spills(report):
     from kernels import gluon_flash_fwd as gf
 
-    expected = len(gf.VARIANTS) * 2 * len(gf.SUPPORTED_HEAD_DIMS) * 2
+    # Every variant x dtype x head_dim x causal, and the two persistent variants with
+    # SPLIT_KEYS (non-causal) x dtype x head_dim.
+    expected = (len(gf.VARIANTS) * 2 + 2) * 2 * len(gf.SUPPORTED_HEAD_DIMS)
     assert len(report) == expected
     for row, name in zip(report, _ids(report), strict=True):
         print(name, {k: row.get(k) for k in ("regs", "spill_st", "spill_ld", "smem", "warps")})
@@ -67,6 +69,16 @@ def test_structure_of_the_warp_specialized_kernel(report):
             assert row["setmaxnreg"], f"{name}: no register reallocation"
         else:
             assert row["ws_regions"] == 0 and row["warps"] == 4, name
+
+
+def test_only_key_runs_synchronize_ctas_through_global_memory(report):
+    # SPLIT_KEYS: a ticket (acq_rel), release increments after a row block's first part,
+    # acquire polls before the merge. Nothing else in the kernel touches a global atomic.
+    for row, name in zip(report, _ids(report), strict=True):
+        if row.get("split"):
+            assert {"acq_rel", "acquire", "release"} <= set(row["atomics"]), name
+        else:
+            assert row["atomics"] == [], name
 
 
 def test_a_whole_tiles_softmax_runs_under_the_p_v_product(report):

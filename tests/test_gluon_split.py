@@ -1,0 +1,73 @@
+"""The persistent Gluon kernel's key runs (SPLIT_KEYS): when a row block is cut between
+two CTAs, and that the merged output matches a float32 reference on an sm_90 GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+
+from kernels import gluon_flash_fwd as gf
+from kernels.reference import attention_reference
+
+
+@pytest.mark.parametrize(
+    ("causal", "tiles", "key_tiles", "ctas", "cut"),
+    [
+        (False, 1024, 16, 132, True),  # (4,16,16,2048,64): 7.76 row blocks a CTA
+        (False, 1056, 16, 132, False),  # 8 each already
+        (True, 1024, 16, 132, False),  # causal row blocks differ in length
+        (False, 100, 16, 132, False),  # a run shorter than a row block: cut twice
+        (False, 100, 16, 100, False),  # fewer row blocks than SMs: one each
+        (False, 2**20, 2**12, 132, False),  # run arithmetic past int32
+    ],
+)
+def test_split_runs_only_where_a_row_block_is_cut_at_most_once(causal, tiles, key_tiles,
+                                                                ctas, cut):  # fmt: skip
+    assert gf.split_runs(causal, tiles, key_tiles, ctas) is cut
+
+
+def _sm90() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+SHAPES = [  # (batch, heads_q, heads_kv, seq_q, seq_k, head_dim, dtype, variant)
+    (4, 16, 16, 2048, 2048, 64, torch.bfloat16, "ws-persistent-pingpong"),
+    (16, 16, 16, 512, 512, 64, torch.float16, "ws-persistent-pingpong"),
+    (2, 8, 8, 2049, 2049, 64, torch.float16, "ws-persistent-pingpong"),  # ragged
+    (2, 16, 16, 1500, 3000, 64, torch.bfloat16, "ws-persistent-pingpong"),  # seq_q < seq_k
+    (1, 32, 4, 4096, 4096, 128, torch.bfloat16, "ws-persistent"),  # GQA
+    (2, 16, 16, 4001, 4001, 128, torch.float16, "ws-persistent"),  # ragged
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize(
+    ("batch", "heads_q", "heads_kv", "seq_q", "seq_k", "head_dim", "dtype", "variant"),
+    SHAPES,
+    ids=[f"{b}x{h}x{hk}x{sq}x{sk}x{d}-{str(t)[6:]}" for b, h, hk, sq, sk, d, t, _ in SHAPES],
+)
+def test_gpu_cut_row_blocks_match_the_reference(batch, heads_q, heads_kv, seq_q, seq_k,
+                                                head_dim, dtype, variant):  # fmt: skip
+    cfg = gf.config(head_dim, False, variant, SPLIT_KEYS=1)
+    tiles = batch * heads_q * -(-seq_q // 128)
+    ctas = min(tiles, torch.cuda.get_device_properties(0).multi_processor_count)
+    assert gf.split_runs(False, tiles, -(-seq_k // cfg["BLOCK_N"]), ctas), "not a cut shape"
+    gen = torch.Generator().manual_seed(seq_q * 7 + seq_k)
+    q = torch.randn(batch, heads_q, seq_q, head_dim, generator=gen).to("cuda", dtype)
+    k = torch.randn(batch, heads_kv, seq_k, head_dim, generator=gen).to("cuda", dtype)
+    v = torch.randn(batch, heads_kv, seq_k, head_dim, generator=gen).to("cuda", dtype)
+    ref = attention_reference(q, k, v, dtype=torch.float32)
+    sdpa = F.scaled_dot_product_attention(q, k, v, enable_gqa=heads_q != heads_kv)
+    bound = 2 * ((sdpa.float() - ref).norm() / ref.norm()).item() + torch.finfo(dtype).eps
+    worst = 2 * (sdpa.float() - ref).abs().max().item() + torch.finfo(dtype).eps
+    for _ in range(2):  # a second call: its flags and tickets start from zero again
+        out = torch.full_like(q, float("nan"))
+        gf.flash_attention_fwd(q, k, v, out=out, variant=variant, SPLIT_KEYS=1)
+        assert torch.isfinite(out).all(), "NaN or inf in the output"
+        err = ((out.float() - ref).norm() / ref.norm()).item()
+        assert err <= bound, f"relative error {err:.3e} > {bound:.3e}"
+        assert (out.float() - ref).abs().max().item() <= worst
