@@ -460,9 +460,13 @@ def _pieces(n_m, heads, batch, n_kb, run, SPLIT: gl.constexpr):  # type: ignore[
 
 
 @gluon.jit
-def _piece(i, n_dp, first, u0, u1, n_kb):  # type: ignore[no-untyped-def]
+def _piece(i, n_dp, first, u0, u1, n_kb, SPLIT: gl.constexpr):  # type: ignore[no-untyped-def]
     # The i-th row block of this CTA and its key tiles [kb0, kb1).
-    if i < n_dp:
+    if not SPLIT:  # noqa: SIM114 (a constexpr if; the elif is a runtime one)
+        t = gl.program_id(0) + i * gl.num_programs(0)
+        kb0 = i * 0
+        kb1 = kb0 + n_kb
+    elif i < n_dp:
         t = gl.program_id(0) + i * gl.num_programs(0)
         kb0 = i * 0
         kb1 = kb0 + n_kb
@@ -552,11 +556,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
     it = 0
     ti = 0
     for i in range(count):
-        if SPLIT:
-            t, kb0, kb1 = _piece(i, n_dp, first, u0, u1, n_kb)
-        else:
-            t = gl.program_id(0) + i * gl.num_programs(0)
-            kb0 = 0
+        t, kb0, kb1 = _piece(i, n_dp, first, u0, u1, n_kb, SPLIT)
         pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
         m0 = pid_m * 2 * ROWS
         if SPLIT:
@@ -593,11 +593,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
     it = 0
     ti = 0
     for i in range(count):
-        if SPLIT:
-            t, kb0, kb1 = _piece(i, n_dp, first, u0, u1, n_kb)
-        else:
-            t = gl.program_id(0) + i * gl.num_programs(0)
-            kb0 = 0
+        t, kb0, kb1 = _piece(i, n_dp, first, u0, u1, n_kb, SPLIT)
         pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
         m0 = pid_m * 2 * ROWS
         row0 = m0 + WG * ROWS
