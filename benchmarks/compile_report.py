@@ -13,7 +13,8 @@ cp.async instructions in the PTX and of ``ttg.warp_specialize`` regions in the T
 ``--variants`` adds every config of ``benchmarks/triton_variants.py``.
 
 ``--gluon`` reports the Gluon Hopper kernel (``kernels/gluon_flash_fwd.py``) instead:
-every variant for fp16/bf16 x head_dim 64/128 x causal, on a ragged GQA shape; with
+every variant for fp16/bf16 x head_dim 64/128 x causal on a ragged GQA shape, and the
+opt-in configs of ``GLUON_OPT_IN`` (the persistent kernel's runs of key tiles); with
 ``--json`` one JSON object per line (``tests/test_gluon_compile.py`` reads them).
 """
 
@@ -83,45 +84,54 @@ def _ptxas_warnings(ptx: str, arch: str) -> list[str]:
     return [line for line in report.splitlines() if "arning" in line]
 
 
-def gluon_report(as_json: bool, arch: str = "sm_90") -> int:
-    """Compile every Gluon variant and config for ``arch``; 1 if any fails to compile."""
+# Ragged lengths, seq_q != seq_k and GQA: the general specialization, as (batch, heads_q,
+# heads_kv, seq_q, seq_k).
+GENERAL_SHAPE = (2, 8, 4, 1000, 777)
+# Opt-in Gluon configs no default reaches everywhere, compiled too, for both dtypes:
+# (variant, head_dim, causal, overrides, shape). SPLIT_KEYS needs row blocks that do not
+# divide among an H100's 132 CTAs: 1024 of them.
+GLUON_OPT_IN = [
+    (variant, head_dim, False, {"SPLIT_KEYS": 1}, (4, 16, 16, 2048, 2048))
+    for variant in ("ws-persistent", "ws-persistent-pingpong")
+    for head_dim in (64, 128)
+]
+
+
+def _gluon_entry(variant: str, dtype: torch.dtype, head_dim: int, causal: bool,
+                 overrides: dict, shape: tuple[int, ...], arch: str) -> dict:  # fmt: skip
     from kernels import gluon_flash_fwd as gf
 
+    batch, heads_q, heads_kv, seq_q, seq_k = shape
+    q = torch.empty(batch, heads_q, seq_q, head_dim, dtype=dtype)
+    k = torch.empty(batch, heads_kv, seq_k, head_dim, dtype=dtype)
+    entry = {"variant": variant, "dtype": str(dtype).removeprefix("torch."),
+             "head_dim": head_dim, "causal": causal, "overrides": overrides}  # fmt: skip
+    try:
+        with compile_only(arch) as launches:
+            gf.launch(q, k, k, torch.empty_like(q), causal, head_dim**-0.5, variant, **overrides)
+            entry.update(resources(launches[-1], arch))
+    except Exception as exc:
+        entry["error"] = tune_triton.first_line(exc)
+    return entry
+
+
+def gluon_report(as_json: bool, arch: str = "sm_90") -> int:
+    """Compile every Gluon variant's default configs and the opt-in ones for ``arch``; 1
+    if any fails to compile."""
+    from kernels import gluon_flash_fwd as gf
+
+    configs = [
+        (variant, head_dim, causal, {}, GENERAL_SHAPE)
+        for variant in gf.VARIANTS
+        for head_dim in gf.SUPPORTED_HEAD_DIMS
+        for causal in (False, True)
+    ] + GLUON_OPT_IN
     failed = 0
-    for variant in gf.VARIANTS:
+    for variant, head_dim, causal, overrides, shape in configs:
         for dtype in (torch.float16, torch.bfloat16):
-            for head_dim in gf.SUPPORTED_HEAD_DIMS:
-                for causal in (False, True):
-                    # Ragged lengths, seq_q != seq_k and GQA: the general specialization.
-                    q = torch.empty(2, 8, 1000, head_dim, dtype=dtype)
-                    k = torch.empty(2, 4, 777, head_dim, dtype=dtype)
-                    entry = {"variant": variant, "dtype": str(dtype).removeprefix("torch."),
-                             "head_dim": head_dim, "causal": causal}  # fmt: skip
-                    try:
-                        with compile_only(arch) as launches:
-                            gf.launch(q, k, k, torch.empty_like(q), causal, head_dim**-0.5, variant)
-                            entry.update(resources(launches[-1], arch))
-                    except Exception as exc:
-                        failed += 1
-                        entry["error"] = tune_triton.first_line(exc)
-                    print(json.dumps(entry) if as_json else entry, flush=True)
-    # The persistent kernel ending on runs of key tiles (SPLIT_KEYS): a shape whose row
-    # blocks (1024) do not divide among an H100's 132 CTAs, so that the runs apply.
-    for variant in ("ws-persistent", "ws-persistent-pingpong"):
-        for dtype in (torch.float16, torch.bfloat16):
-            for head_dim in gf.SUPPORTED_HEAD_DIMS:
-                q = torch.empty(4, 16, 2048, head_dim, dtype=dtype)
-                entry = {"variant": variant, "dtype": str(dtype).removeprefix("torch."),
-                         "head_dim": head_dim, "causal": False, "split": True}  # fmt: skip
-                try:
-                    with compile_only(arch) as launches:
-                        gf.launch(q, q, q, torch.empty_like(q), False, head_dim**-0.5, variant,
-                                  SPLIT_KEYS=1)  # fmt: skip
-                        entry.update(resources(launches[-1], arch))
-                except Exception as exc:
-                    failed += 1
-                    entry["error"] = tune_triton.first_line(exc)
-                print(json.dumps(entry) if as_json else entry, flush=True)
+            entry = _gluon_entry(variant, dtype, head_dim, causal, overrides, shape, arch)
+            failed += "error" in entry
+            print(json.dumps(entry) if as_json else entry, flush=True)
     return 1 if failed else 0
 
 

@@ -240,9 +240,8 @@ def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_fu
     # CTA's earlier tiles used positions 0..it0-1): every Q·K^T and all but the last
     # P·V; key tiles kb0.. of the row (kb0 > 0: the second part of a row block split
     # between two CTAs). Returns acc, P of the last tile (its P·V still to issue), m
-    # and l. g0: the
-    # scheduler-barrier turns this warpgroup took before (PINGPONG; a persistent CTA's
-    # turns run on across tiles, n_tiles - 1 per tile).
+    # and l. g0: the scheduler-barrier turns this warpgroup took before (PINGPONG; a
+    # persistent CTA's turns run on across tiles, n_tiles - 1 per tile).
     _, k_ready, v_ready, k_empty, v_empty, sched = bars
     HEAD_DIM: gl.constexpr = q.shape[1]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
@@ -463,14 +462,15 @@ def _pieces(n_m, heads, batch, n_kb, run, SPLIT: gl.constexpr):  # type: ignore[
 
 @gluon.jit
 def _piece(i, n_dp, first, u0, u1, n_kb, SPLIT: gl.constexpr):  # type: ignore[no-untyped-def]
-    # The i-th row block of this CTA and its key tiles [kb0, kb1).
-    if not SPLIT:  # noqa: SIM114 (a constexpr if; the elif is a runtime one)
+    # The i-th row block of this CTA and its key tiles [kb0, kb1). Without SPLIT every
+    # one is dealt (a constexpr: the runs' branch is not compiled).
+    if SPLIT:
+        dealt = i < n_dp
+    else:
+        dealt = True
+    if dealt:
         t = gl.program_id(0) + i * gl.num_programs(0)
-        kb0 = i * 0
-        kb1 = kb0 + n_kb
-    elif i < n_dp:
-        t = gl.program_id(0) + i * gl.num_programs(0)
-        kb0 = i * 0
+        kb0 = i * 0  # a tensor, as _key_part's are (the branches must agree)
         kb1 = kb0 + n_kb
     else:
         t = first + i - n_dp
@@ -508,12 +508,20 @@ def _park(acc, m_i, l_i, part_ptr, stat_ptr, slot, part, WG: gl.constexpr):  # t
     gl.store(stat_ptr + stat_offsets + 1, l_i)
 
 
+_THREAD_LAYOUT = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # one element a thread
+
+
+@gluon.jit
+def _flag(flag_ptr, slot):  # type: ignore[no-untyped-def]
+    # The flag of ``slot`` once per thread of the warpgroup: each thread's atomic orders
+    # its own workspace stores or loads (release / acquire).
+    return flag_ptr + slot + gl.zeros([128], gl.int32, _THREAD_LAYOUT)
+
+
 @gluon.jit
 def _signal(flag_ptr, slot):  # type: ignore[no-untyped-def]
     # Every thread of the warpgroup: one release increment after its own stores.
-    thread_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    each = gl.arange(0, 128, layout=thread_layout)
-    gl.atomic_add(flag_ptr + slot + each * 0, gl.full([128], 1, gl.int32, thread_layout),
+    gl.atomic_add(_flag(flag_ptr, slot), gl.full([128], 1, gl.int32, _THREAD_LAYOUT),
                   sem="release", scope="gpu")  # fmt: skip
 
 
@@ -523,13 +531,11 @@ def _merge_parts(part_ptr, stat_ptr, flag_ptr, slot, WG: gl.constexpr,  # type: 
     # A cut row block's two parts, once the CTA of the run before (an earlier ticket,
     # so already running) has signalled its first part from both warpgroups (2 x 128
     # increments, each thread here an acquire): the merged O (unnormalized) and l.
-    thread_layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    each = gl.arange(0, 128, layout=thread_layout)
-    zeros = gl.zeros([128], gl.int32, thread_layout)
-    seen = gl.min(gl.atomic_add(flag_ptr + slot + each * 0, zeros, sem="acquire", scope="gpu"), 0)
+    flags = _flag(flag_ptr, slot)
+    zeros = gl.zeros([128], gl.int32, _THREAD_LAYOUT)
+    seen = gl.min(gl.atomic_add(flags, zeros, sem="acquire", scope="gpu"), 0)
     while seen < 256:
-        seen = gl.min(gl.atomic_add(flag_ptr + slot + each * 0, zeros, sem="acquire",
-                                    scope="gpu"), 0)  # fmt: skip
+        seen = gl.min(gl.atomic_add(flags, zeros, sem="acquire", scope="gpu"), 0)
     row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
     o_a, stat_a = _part_offsets(slot, 0, WG, o_layout, row_layout, HEAD_DIM)
     o_b, stat_b = _part_offsets(slot, 1, WG, o_layout, row_layout, HEAD_DIM)
@@ -556,7 +562,6 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
     n_kb = gl.cdiv(seq_k, BLOCK_N)
     count, n_dp, first, u0, u1 = _pieces(n_m, heads, batch, n_kb, run, SPLIT)
     it = 0
-    ti = 0
     for i in range(count):
         t, kb0, kb1 = _piece(i, n_dp, first, u0, u1, n_kb, SPLIT)
         pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
@@ -569,14 +574,13 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
         # that held it, before its last P·V and store): load this tile's Q. With two
         # buffers that was the tile before the previous one, so the producer goes on
         # to this tile's loads without waiting for the previous tile's last Q·K^T.
-        qb = ti % Q_BUFFERS
-        mbarrier.wait(q_empty.index(qb), ((ti // Q_BUFFERS) & 1) ^ 1)
+        qb = i % Q_BUFFERS
+        mbarrier.wait(q_empty.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)
         _load_q(q_desc, q_smem, bars[0].index(qb), b, h, m0, 2 * qb)
         # The ring runs on across tiles: this tile's key tiles from position it.
         _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, h // kv_group, n_tiles, it, STAGES,
                  kb0)  # fmt: skip
         it += n_tiles
-        ti += 1  # noqa: SIM113 (no enumerate() in a jitted loop)
 
 
 @gluon.jit
@@ -593,7 +597,6 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
     n_kb = gl.cdiv(seq_k, BLOCK_N)
     count, n_dp, first, u0, u1 = _pieces(n_m, heads, batch, n_kb, run, SPLIT)
     it = 0
-    ti = 0
     for i in range(count):
         t, kb0, kb1 = _piece(i, n_dp, first, u0, u1, n_kb, SPLIT)
         pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
@@ -604,12 +607,12 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
         else:
             n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
         n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
-        qb = ti % Q_BUFFERS
-        mbarrier.wait(bars[0].index(qb), (ti // Q_BUFFERS) & 1)
+        qb = i % Q_BUFFERS
+        mbarrier.wait(bars[0].index(qb), (i // Q_BUFFERS) & 1)
         q = q_smem.index(2 * qb + WG).reshape([ROWS, HEAD_DIM])
-        # Scheduler turns so far: n_tiles - 1 per earlier tile, i.e. it - ti.
+        # Scheduler turns so far: n_tiles - 1 per earlier tile, i.e. it - i.
         acc, p16, m_i, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
-                                            n_tiles, n_full, it, it - ti, WG, CAUSAL, STAGES,
+                                            n_tiles, n_full, it, it - i, WG, CAUSAL, STAGES,
                                             PINGPONG, kb0)  # fmt: skip
         # Every Q·K^T of this tile retired: the producer may load a later tile's Q
         # into this buffer while this warpgroup finishes P·V and stores O.
@@ -633,7 +636,6 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
             tma.store_wait(0)
             _store_out(acc, l_i, o_smem.index(WG), o_desc, b, h, row0, o_layout, False)
         it += n_tiles
-        ti += 1  # noqa: SIM113 (no enumerate() in a jitted loop)
     if SPLIT:  # noqa: SIM102 (a constexpr if: the runtime one inside is not compiled without it)
         if u0 % n_kb != 0:
             # This run began inside a row block: merge its two parts and store it.
@@ -884,15 +886,12 @@ def _l2_bytes_of(index: int) -> int:
 
 def split_runs(causal: bool, tiles: int, key_tiles: int, ctas: int) -> bool:
     """Whether the persistent kernel ends on equal runs of key tiles (SPLIT_KEYS):
-    non-causal, the row blocks not a multiple of the CTAs (else each CTA has the same
-    whole row blocks already), a run at least one row block long (so a row block is
-    cut at most once), and the run arithmetic within int32."""
-    units = tiles * key_tiles
+    non-causal, more row blocks than CTAs and not a multiple of them (else each CTA has
+    the same whole row blocks already; with at least a round's row blocks in the runs,
+    a run spans a row block or more, so a row block is cut at most once), and the run
+    arithmetic within int32."""
     return (
-        not causal
-        and tiles % ctas != 0
-        and units // ctas >= key_tiles
-        and units * (ctas + 1) < 2**31
+        not causal and tiles > ctas and tiles % ctas != 0 and tiles * key_tiles * (ctas + 1) < 2**31
     )
 
 

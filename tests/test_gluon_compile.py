@@ -1,7 +1,8 @@
 """The Gluon Hopper kernel (kernels/gluon_flash_fwd.py) compiles for sm_90a without spills.
 
 No GPU needed: ``benchmarks/compile_report.py --gluon --json`` compiles every variant
-for fp16/bf16 x head_dim 64/128 x causal through a target-only driver and reads
+for fp16/bf16 x head_dim 64/128 x causal, and the opt-in configs (the persistent
+kernel's runs of key tiles), through a target-only driver and reads
 registers, spills and shared memory with triton's bundled ptxas, and where the softmax
 lies in the SASS with cuobjdump (the toolkit's or triton's). It runs in a
 subprocess: the compile-only driver replaces triton's active driver for the whole
@@ -39,16 +40,22 @@ def report() -> list[dict]:
 
 def _ids(rows):
     return [f"{r['variant']}-{r['dtype']}-hd{r['head_dim']}-{'causal' if r['causal'] else 'full'}"
-            f"{'-split' if r.get('split') else ''}" for r in rows]  # fmt: skip
+            + "".join(f"-{k}={v}" for k, v in r["overrides"].items()) for r in rows]  # fmt: skip
 
 
 def test_every_config_compiles_without_spills(report):
     from kernels import gluon_flash_fwd as gf
 
-    # Every variant x dtype x head_dim x causal, and the two persistent variants with
-    # SPLIT_KEYS (non-causal) x dtype x head_dim.
+    # Every variant's defaults, and the opt-in configs of compile_report's GLUON_OPT_IN:
+    # both persistent variants with SPLIT_KEYS, non-causal, at both head dims.
     expected = (len(gf.VARIANTS) * 2 + 2) * 2 * len(gf.SUPPORTED_HEAD_DIMS)
     assert len(report) == expected
+    runs = [r for r in report if r["overrides"] == {"SPLIT_KEYS": 1}]
+    assert {(r["variant"], r["head_dim"], r["causal"]) for r in runs} == {
+        (variant, head_dim, False)
+        for variant in ("ws-persistent", "ws-persistent-pingpong")
+        for head_dim in gf.SUPPORTED_HEAD_DIMS
+    }
     for row, name in zip(report, _ids(report), strict=True):
         print(name, {k: row.get(k) for k in ("regs", "spill_st", "spill_ld", "smem", "warps")})
         assert "error" not in row, f"{name}: {row.get('error')}"
@@ -75,7 +82,7 @@ def test_only_key_runs_synchronize_ctas_through_global_memory(report):
     # SPLIT_KEYS: a ticket (acq_rel), release increments after a row block's first part,
     # acquire polls before the merge. Nothing else in the kernel touches a global atomic.
     for row, name in zip(report, _ids(report), strict=True):
-        if row.get("split"):
+        if row["overrides"].get("SPLIT_KEYS"):
             assert {"acq_rel", "acquire", "release"} <= set(row["atomics"]), name
         else:
             assert row["atomics"] == [], name

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
+from attention_checks import assert_matches
 
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
 
 from kernels import gluon_flash_fwd as gf
-from kernels.reference import attention_reference
 
 
 @pytest.mark.parametrize(
@@ -60,14 +59,10 @@ def test_gpu_cut_row_blocks_match_the_reference(batch, heads_q, heads_kv, seq_q,
     q = torch.randn(batch, heads_q, seq_q, head_dim, generator=gen).to("cuda", dtype)
     k = torch.randn(batch, heads_kv, seq_k, head_dim, generator=gen).to("cuda", dtype)
     v = torch.randn(batch, heads_kv, seq_k, head_dim, generator=gen).to("cuda", dtype)
-    ref = attention_reference(q, k, v, dtype=torch.float32)
-    sdpa = F.scaled_dot_product_attention(q, k, v, enable_gqa=heads_q != heads_kv)
-    bound = 2 * ((sdpa.float() - ref).norm() / ref.norm()).item() + torch.finfo(dtype).eps
-    worst = 2 * (sdpa.float() - ref).abs().max().item() + torch.finfo(dtype).eps
     for _ in range(2):  # a second call: its flags and tickets start from zero again
         out = torch.full_like(q, float("nan"))
         gf.flash_attention_fwd(q, k, v, out=out, variant=variant, SPLIT_KEYS=1)
-        assert torch.isfinite(out).all(), "NaN or inf in the output"
-        err = ((out.float() - ref).norm() / ref.norm()).item()
-        assert err <= bound, f"relative error {err:.3e} > {bound:.3e}"
+        ref, sdpa = assert_matches(out, q, k, v, causal=False)
+        # A wrong merge could stay local: the worst element too, against SDPA's.
+        worst = 2 * (sdpa.float() - ref).abs().max().item() + torch.finfo(dtype).eps
         assert (out.float() - ref).abs().max().item() <= worst

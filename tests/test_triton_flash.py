@@ -33,16 +33,15 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 pytest.importorskip("triton")
 
+from attention_checks import assert_matches  # noqa: E402
 from conftest import KERNEL_SEED  # noqa: E402
 
 from kernels import flash_launch, flash_plan  # noqa: E402
 from kernels import triton_flash as tf  # noqa: E402
 from kernels import triton_flash_fwd as entry  # noqa: E402
-from kernels.reference import attention_reference  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -72,23 +71,6 @@ def _qkv(batch, heads_q, heads_kv, seq_q, seq_k, head_dim, dtype, seed=0):
     k = _randn(batch, heads_kv, seq_k, head_dim, dtype=dtype, gen=gen)
     v = _randn(batch, heads_kv, seq_k, head_dim, dtype=dtype, gen=gen)
     return q, k, v
-
-
-def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    return ((x.float() - ref).norm() / ref.norm()).item()
-
-
-def assert_matches(out, q, k, v, *, causal, scale=None):
-    """Kernel error <= 2 x (same-dtype SDPA error) + eps(dtype), both against float32."""
-    assert out.shape == q.shape and out.dtype == q.dtype and out.device == q.device
-    assert torch.isfinite(out).all(), "kernel output has NaN/inf"
-    ref = attention_reference(q, k, v, causal=causal, scale=scale, dtype=torch.float32)
-    yardstick = F.scaled_dot_product_attention(
-        q, k, v, is_causal=causal, scale=scale, enable_gqa=q.shape[1] != k.shape[1]
-    )
-    err, base = _rel_err(out, ref), _rel_err(yardstick, ref)
-    bound = 2 * base + torch.finfo(q.dtype).eps
-    assert err <= bound, f"rel err {err:.3e} > bound {bound:.3e} (sdpa {base:.3e})"
 
 
 # ----------------------------------------------------------------------------------------
