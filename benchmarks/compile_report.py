@@ -60,7 +60,9 @@ def resources(launch: CompiledLaunch, arch: str) -> dict:
         "wgmma_wait": sorted(
             {int(n) for n in re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+)", ptx)}
         ),
-        "atomics": sorted(set(re.findall(r"atom\.global\.gpu\.(\w+)", ptx))),
+        "atomics": sorted(
+            set(re.findall(r"(?:atom|ld|st|red)\.global\.gpu\.(acq_rel|acquire|release)", ptx))
+        ),
         "ptxas_warnings": _ptxas_warnings(ptx, arch),
         "exp_under_pv": _exponentials_under_pv(launch.kernel.asm["cubin"]),
     }

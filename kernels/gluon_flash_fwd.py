@@ -36,7 +36,7 @@ cores overlap the neighbouring tiles' work. ``SPLIT_KEYS`` (non-causal, where th
 blocks do not divide evenly among the CTAs) deals all but the last two rounds' worth that
 way, then cuts the remaining row blocks' key tiles into one equal run per CTA, so the
 last round leaves no SM idle; a row block cut in two is merged through a global
-workspace by the CTA holding its second part (``_merge_parts``).
+workspace by whichever of its two CTAs finishes its part second (``_finish_cut``).
 
 ``_attn_fwd_simple`` is the plain version of the same kernel (no warp
 specialization, one warpgroup of 64 rows, a TMA ring refilled by the consumer, no
@@ -429,53 +429,34 @@ def _tile_of(t, n_m, heads, batch, group, CAUSAL: gl.constexpr):  # type: ignore
 
 
 @gluon.jit
-def _pieces(n_m, heads, batch, n_kb, run, SPLIT: gl.constexpr):  # type: ignore[no-untyped-def]
-    # How many row blocks (or parts) this CTA runs, and which: the first n_dp dealt
-    # round-robin by block index (row blocks vary fastest, so the CTAs working at one
-    # time share a head's K/V in L2), then, with SPLIT, a run of the remaining row
-    # blocks' key tiles [u0, u1) (row blocks from ``first`` on): the last round's row
-    # blocks and the round before laid end to end (n_kb key tiles each) and cut into one
-    # equal run per CTA, so that no CTA has a whole row block more than another. (A run
-    # of contiguous row blocks from the start would put each CTA on its own heads and
-    # lose that L2 reuse: 1.59x slower at (4,32,32,4096,128).) The host asks for
-    # this only where the rounds are uneven; with at least one round's row blocks in the
-    # runs, each run spans a row block or more, so a row block is cut at most once.
-    # ``run``: this CTA's place in the order the CTAs started.
+def _runs(n_m, heads, batch, n_kb):  # type: ignore[no-untyped-def]
+    # SPLIT: each CTA first takes n_dp whole row blocks dealt round-robin by block index
+    # (row blocks vary fastest, so the CTAs working at one time share a head's K/V in
+    # L2), then a run [u0, u1) of the remaining row blocks' key tiles: the last round's
+    # row blocks and the round before, laid end to end (n_kb key tiles each) and cut into
+    # one equal run per CTA, so that no CTA has a whole row block more than another. The
+    # run covers n_run pieces of row blocks first, first + 1, ... (A run of contiguous
+    # row blocks from the start would put each CTA on its own heads and lose that L2
+    # reuse: 1.59x slower at (4,32,32,4096,128).) The host asks for this only where the
+    # rounds are uneven; with at least one round's row blocks in the runs, each run
+    # spans a row block or more, so a row block is cut at most once. CTA r has run r.
     n_t = n_m * heads * batch
     ctas = gl.num_programs(0)
-    if SPLIT:
-        n_dp = n_t // ctas - 1
-        tail0 = n_dp * ctas * n_kb
-        units = n_t * n_kb - tail0
-        u0 = tail0 + run * units // ctas
-        u1 = tail0 + (run + 1) * units // ctas
-        first = u0 // n_kb
-        count = n_dp + (u1 - 1) // n_kb + 1 - first
-    else:
-        n_dp = gl.cdiv(n_t - gl.program_id(0), ctas)
-        u0 = 0
-        u1 = 0
-        first = 0
-        count = n_dp
-    return count, n_dp, first, u0, u1
+    run = gl.program_id(0)
+    n_dp = n_t // ctas - 1
+    tail0 = n_dp * ctas * n_kb
+    units = n_t * n_kb - tail0
+    u0 = tail0 + run * units // ctas
+    u1 = tail0 + (run + 1) * units // ctas
+    first = u0 // n_kb
+    n_run = (u1 - 1) // n_kb + 1 - first
+    return n_dp, first, n_run, u0, u1
 
 
 @gluon.jit
-def _piece(i, n_dp, first, u0, u1, n_kb, SPLIT: gl.constexpr):  # type: ignore[no-untyped-def]
-    # The i-th row block of this CTA and its key tiles [kb0, kb1). Without SPLIT every
-    # one is dealt (a constexpr: the runs' branch is not compiled).
-    if SPLIT:
-        dealt = i < n_dp
-    else:
-        dealt = True
-    if dealt:
-        t = gl.program_id(0) + i * gl.num_programs(0)
-        kb0 = i * 0  # a tensor, as _key_part's are (the branches must agree)
-        kb1 = kb0 + n_kb
-    else:
-        t = first + i - n_dp
-        kb0, kb1 = _key_part(t, u0, u1, n_kb)
-    return t, kb0, kb1
+def _dealt(n_m, heads, batch):  # type: ignore[no-untyped-def]
+    # Without SPLIT: every row block dealt round-robin (this CTA's count).
+    return gl.cdiv(n_m * heads * batch - gl.program_id(0), gl.num_programs(0))
 
 
 @gluon.jit
@@ -485,11 +466,11 @@ def _key_part(t, u0, u1, n_kb):  # type: ignore[no-untyped-def]
 
 
 @gluon.jit
-def _part_offsets(slot, part, WG: gl.constexpr, o_layout: gl.constexpr,  # type: ignore[no-untyped-def]
+def _part_offsets(slot, WG: gl.constexpr, o_layout: gl.constexpr,  # type: ignore[no-untyped-def]
                   row_layout: gl.constexpr, HEAD_DIM: gl.constexpr):  # fmt: skip
-    # Where one warpgroup's part of a cut row block lies in the workspace: slot x
-    # (first, second part) x warpgroup x ROWS rows; O rows of HEAD_DIM, (m, l) pairs.
-    base = ((slot * 2 + part) * 2 + WG) * ROWS
+    # Where one warpgroup's parked part of a cut row block lies in the workspace: slot x
+    # warpgroup x ROWS rows; O rows of HEAD_DIM, (m, l) pairs.
+    base = (slot * 2 + WG) * ROWS
     rows = base + gl.arange(0, ROWS, layout=gl.SliceLayout(1, o_layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
     o_offsets = gl.expand_dims(rows, 1) * HEAD_DIM + gl.expand_dims(cols, 0)
@@ -497,153 +478,184 @@ def _part_offsets(slot, part, WG: gl.constexpr, o_layout: gl.constexpr,  # type:
 
 
 @gluon.jit
-def _park(acc, m_i, l_i, part_ptr, stat_ptr, slot, part, WG: gl.constexpr):  # type: ignore[no-untyped-def]
+def _park(acc, m_i, l_i, part_ptr, stat_ptr, slot, WG: gl.constexpr):  # type: ignore[no-untyped-def]
     # One part of a cut row block to the workspace: unnormalized O, m and l.
     o_layout: gl.constexpr = acc.type.layout
     row_layout: gl.constexpr = m_i.type.layout
-    HEAD_DIM: gl.constexpr = acc.shape[1]
-    o_offsets, stat_offsets = _part_offsets(slot, part, WG, o_layout, row_layout, HEAD_DIM)
+    o_offsets, stat_offsets = _part_offsets(slot, WG, o_layout, row_layout, acc.shape[1])
     gl.store(part_ptr + o_offsets, acc)
     gl.store(stat_ptr + stat_offsets, m_i)
     gl.store(stat_ptr + stat_offsets + 1, l_i)
 
 
-_THREAD_LAYOUT = gl.constexpr(gl.BlockedLayout([1], [32], [4], [0]))  # one element a thread
-
-
 @gluon.jit
-def _flag(flag_ptr, slot):  # type: ignore[no-untyped-def]
-    # The flag of ``slot`` once per thread of the warpgroup: each thread's atomic orders
-    # its own workspace stores or loads (release / acquire).
-    return flag_ptr + slot + gl.zeros([128], gl.int32, _THREAD_LAYOUT)
-
-
-@gluon.jit
-def _signal(flag_ptr, slot):  # type: ignore[no-untyped-def]
-    # Every thread of the warpgroup: one release increment after its own stores.
-    gl.atomic_add(_flag(flag_ptr, slot), gl.full([128], 1, gl.int32, _THREAD_LAYOUT),
-                  sem="release", scope="gpu")  # fmt: skip
-
-
-@gluon.jit
-def _merge_parts(part_ptr, stat_ptr, flag_ptr, slot, WG: gl.constexpr,  # type: ignore[no-untyped-def]
-                 o_layout: gl.constexpr, HEAD_DIM: gl.constexpr):  # fmt: skip
-    # A cut row block's two parts, once the CTA of the run before (an earlier ticket,
-    # so already running) has signalled its first part from both warpgroups (2 x 128
-    # increments, each thread here an acquire): the merged O (unnormalized) and l.
-    flags = _flag(flag_ptr, slot)
-    zeros = gl.zeros([128], gl.int32, _THREAD_LAYOUT)
-    seen = gl.min(gl.atomic_add(flags, zeros, sem="acquire", scope="gpu"), 0)
-    while seen < 256:
-        seen = gl.min(gl.atomic_add(flags, zeros, sem="acquire", scope="gpu"), 0)
-    row_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
-    o_a, stat_a = _part_offsets(slot, 0, WG, o_layout, row_layout, HEAD_DIM)
-    o_b, stat_b = _part_offsets(slot, 1, WG, o_layout, row_layout, HEAD_DIM)
-    m_a = gl.load(stat_ptr + stat_a)
-    m_b = gl.load(stat_ptr + stat_b)
-    # Each part has a whole key tile, and any key tile has a key: m_a, m_b are finite
-    # for finite scores.
-    m_new = gl.maximum(m_a, m_b)
-    alpha = gl.exp2(m_a - m_new)
+def _merge(acc, m_i, l_i, part_ptr, stat_ptr, slot, WG: gl.constexpr):  # type: ignore[no-untyped-def]
+    # This warpgroup's part of a cut row block with the parked one: O (unnormalized)
+    # and l over both key ranges. Each part has a whole key tile, and any key tile has
+    # a key: both m are finite for finite scores.
+    o_layout: gl.constexpr = acc.type.layout
+    row_layout: gl.constexpr = m_i.type.layout
+    o_offsets, stat_offsets = _part_offsets(slot, WG, o_layout, row_layout, acc.shape[1])
+    m_b = gl.load(stat_ptr + stat_offsets)
+    m_new = gl.maximum(m_i, m_b)
+    alpha = gl.exp2(m_i - m_new)
     beta = gl.exp2(m_b - m_new)
-    l_new = gl.load(stat_ptr + stat_a + 1) * alpha + gl.load(stat_ptr + stat_b + 1) * beta
-    acc = gl.load(part_ptr + o_a) * gl.expand_dims(alpha, 1) + gl.load(
-        part_ptr + o_b
-    ) * gl.expand_dims(beta, 1)
+    l_new = l_i * alpha + gl.load(stat_ptr + stat_offsets + 1) * beta
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, o_rows), 1) + gl.load(
+        part_ptr + o_offsets
+    ) * gl.expand_dims(gl.convert_layout(beta, o_rows), 1)
     return acc, l_new
+
+
+@gluon.jit
+def _finish_cut(acc, m_i, l_i, workspace, slot, o_smem, o_desc, b, h, row0,  # type: ignore[no-untyped-def]
+                WG: gl.constexpr):  # fmt: skip
+    # One part of a row block cut between two runs. The warpgroup that arrives first
+    # parks its part; the second merges it with its own and stores O. Neither waits for
+    # the other to arrive (the other CTA may not have started): the second waits at most
+    # for the first's stores, which follow its arrival without a wait. The flag counts
+    # arrivals (1 each, so at most 2) and the parked part (4). Scalar atomics: one
+    # thread's, its result shared with the warpgroup through a barrier, which also
+    # orders the other threads' stores before the release and their loads after the
+    # acquire.
+    part_ptr, stat_ptr, flag_ptr = workspace
+    flag = flag_ptr + 2 * slot + WG
+    seen = gl.atomic_add(flag, 1, sem="acq_rel", scope="gpu")
+    if seen == 0:
+        _park(acc, m_i, l_i, part_ptr, stat_ptr, slot, WG)
+        gl.thread_barrier()
+        gl.atomic_add(flag, 4, sem="release", scope="gpu")
+    else:
+        while (seen & 4) == 0:
+            seen = gl.atomic_add(flag, 0, sem="acquire", scope="gpu")
+        acc, l_i = _merge(acc, m_i, l_i, part_ptr, stat_ptr, slot, WG)
+        _store_own(acc, l_i, o_smem, o_desc, b, h, row0)
+
+
+@gluon.jit
+def _store_own(acc, l_i, o_smem, o_desc, b, h, row0):  # type: ignore[no-untyped-def]
+    # O through this warpgroup's own buffer; the previous tile's TMA store must have read
+    # it first (waited here, not after issuing: it overlaps the next tile).
+    o_layout: gl.constexpr = acc.type.layout
+    tma.store_wait(0)
+    _store_out(acc, l_i, o_smem, o_desc, b, h, row0, o_layout, False)
+
+
+@gluon.jit
+def _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty, i, b, h,  # type: ignore[no-untyped-def]
+                   m0, kb0, n_tiles, it, kv_group, STAGES: gl.constexpr,
+                   Q_BUFFERS: gl.constexpr):  # fmt: skip
+    # Both consumers released this Q buffer (after their last Q·K^T of the tile that
+    # held it, before its last P·V and store): load this tile's Q. With two buffers
+    # that was the tile before the previous one, so the producer goes on to this
+    # tile's loads without waiting for the previous tile's last Q·K^T. The ring runs on
+    # across tiles: this tile's key tiles kb0.. from ring position it.
+    qb = i % Q_BUFFERS
+    mbarrier.wait(q_empty.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)
+    _load_q(q_desc, q_smem, bars[0].index(qb), b, h, m0, 2 * qb)
+    _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, h // kv_group, n_tiles, it, STAGES, kb0)
+    return it + n_tiles
 
 
 @gluon.jit
 def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,  # type: ignore[no-untyped-def]
                          seq_k, kv_group, n_m, heads, batch, group, CAUSAL: gl.constexpr,
-                         STAGES: gl.constexpr, Q_BUFFERS: gl.constexpr, run,
+                         STAGES: gl.constexpr, Q_BUFFERS: gl.constexpr,
                          SPLIT: gl.constexpr):  # fmt: skip
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     n_kb = gl.cdiv(seq_k, BLOCK_N)
-    count, n_dp, first, u0, u1 = _pieces(n_m, heads, batch, n_kb, run, SPLIT)
+    if SPLIT:
+        n_dp, first, n_run, u0, u1 = _runs(n_m, heads, batch, n_kb)
+    else:
+        n_dp = _dealt(n_m, heads, batch)
     it = 0
-    for i in range(count):
-        t, kb0, kb1 = _piece(i, n_dp, first, u0, u1, n_kb, SPLIT)
-        pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
+    for i in range(n_dp):
+        pid_m, h, b = _tile_of(gl.program_id(0) + i * gl.num_programs(0), n_m, heads, batch,
+                               group, CAUSAL)  # fmt: skip
         m0 = pid_m * 2 * ROWS
-        if SPLIT:
-            n_tiles = kb1 - kb0
-        else:
-            n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
-        # Both consumers released this Q buffer (after their last Q·K^T of the tile
-        # that held it, before its last P·V and store): load this tile's Q. With two
-        # buffers that was the tile before the previous one, so the producer goes on
-        # to this tile's loads without waiting for the previous tile's last Q·K^T.
-        qb = i % Q_BUFFERS
-        mbarrier.wait(q_empty.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)
-        _load_q(q_desc, q_smem, bars[0].index(qb), b, h, m0, 2 * qb)
-        # The ring runs on across tiles: this tile's key tiles from position it.
-        _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, h // kv_group, n_tiles, it, STAGES,
-                 kb0)  # fmt: skip
-        it += n_tiles
+        it = _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty, i,
+                            b, h, m0, 0, _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL), it,
+                            kv_group, STAGES, Q_BUFFERS)  # fmt: skip
+    if SPLIT:
+        for r in range(n_run):
+            kb0, kb1 = _key_part(first + r, u0, u1, n_kb)
+            pid_m, h, b = _tile_of(first + r, n_m, heads, batch, group, CAUSAL)
+            it = _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,
+                                n_dp + r, b, h, pid_m * 2 * ROWS, kb0, kb1 - kb0, it,
+                                kv_group, STAGES, Q_BUFFERS)  # fmt: skip
+
+
+@gluon.jit
+def _consume_block(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale, seq_k,  # type: ignore[no-untyped-def]
+                   tiling, i, t, kb0, kb1, it, workspace, WG: gl.constexpr,
+                   CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                   Q_BUFFERS: gl.constexpr, WHOLE: gl.constexpr):  # fmt: skip
+    # The i-th row block (t) of this CTA: WHOLE, all its key tiles (kb0 = 0, kb1 unused),
+    # else key tiles [kb0, kb1) of a run. Returns the ring position after it.
+    n_m, heads, batch, group = tiling
+    HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
+    BLOCK_N: gl.constexpr = k_smem.shape[3]
+    pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
+    m0 = pid_m * 2 * ROWS
+    row0 = m0 + WG * ROWS
+    if WHOLE:
+        n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
+    else:
+        n_tiles = kb1 - kb0
+    qb = i % Q_BUFFERS
+    mbarrier.wait(bars[0].index(qb), (i // Q_BUFFERS) & 1)
+    q = q_smem.index(2 * qb + WG).reshape([ROWS, HEAD_DIM])
+    # Scheduler turns so far: n_tiles - 1 per earlier tile, i.e. it - i.
+    acc, p16, m_i, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
+                                        n_tiles, _n_full(row0, seq_k, BLOCK_N, CAUSAL), it,
+                                        it - i, WG, CAUSAL, STAGES, PINGPONG, kb0)  # fmt: skip
+    # Every Q·K^T of this tile retired: the producer may load a later tile's Q into this
+    # buffer while this warpgroup finishes P·V and stores O.
+    mbarrier.arrive(q_empty.index(qb))
+    acc = _last_pv(acc, p16, v_smem, bars, it + n_tiles - 1, STAGES)
+    if WHOLE:
+        _store_own(acc, l_i, o_smem, o_desc, b, h, row0)
+    elif (kb0 > 0) | (kb1 < gl.cdiv(seq_k, BLOCK_N)):
+        # Cut between this CTA's run and the one before (kb0 > 0: slot r) or after.
+        slot = gl.program_id(0) + (kb0 == 0).to(gl.int32)
+        _finish_cut(acc, m_i, l_i, workspace, slot, o_smem, o_desc, b, h, row0, WG)
+    else:
+        _store_own(acc, l_i, o_smem, o_desc, b, h, row0)
+    return it + n_tiles
 
 
 @gluon.jit
 def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale,  # type: ignore[no-untyped-def]
-                         seq_k, n_m, heads, batch, group, part_ptr, stat_ptr, flag_ptr, run,
+                         seq_k, n_m, heads, batch, group, part_ptr, stat_ptr, flag_ptr,
                          WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                          PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr,
                          SPLIT: gl.constexpr):  # fmt: skip
-    HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
-    )
     n_kb = gl.cdiv(seq_k, BLOCK_N)
-    count, n_dp, first, u0, u1 = _pieces(n_m, heads, batch, n_kb, run, SPLIT)
+    tiling = (n_m, heads, batch, group)
+    workspace = (part_ptr, stat_ptr, flag_ptr)
+    o_buf = o_smem.index(WG)
+    if SPLIT:
+        n_dp, first, n_run, u0, u1 = _runs(n_m, heads, batch, n_kb)
+    else:
+        n_dp = _dealt(n_m, heads, batch)
     it = 0
-    for i in range(count):
-        t, kb0, kb1 = _piece(i, n_dp, first, u0, u1, n_kb, SPLIT)
-        pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
-        m0 = pid_m * 2 * ROWS
-        row0 = m0 + WG * ROWS
-        if SPLIT:
-            n_tiles = kb1 - kb0
-        else:
-            n_tiles = _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL)
-        n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
-        qb = i % Q_BUFFERS
-        mbarrier.wait(bars[0].index(qb), (i // Q_BUFFERS) & 1)
-        q = q_smem.index(2 * qb + WG).reshape([ROWS, HEAD_DIM])
-        # Scheduler turns so far: n_tiles - 1 per earlier tile, i.e. it - i.
-        acc, p16, m_i, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
-                                            n_tiles, n_full, it, it - i, WG, CAUSAL, STAGES,
-                                            PINGPONG, kb0)  # fmt: skip
-        # Every Q·K^T of this tile retired: the producer may load a later tile's Q
-        # into this buffer while this warpgroup finishes P·V and stores O.
-        mbarrier.arrive(q_empty.index(qb))
-        acc = _last_pv(acc, p16, v_smem, bars, it + n_tiles - 1, STAGES)
-        if SPLIT:
-            if kb0 > 0:
-                # The second part of a cut row block (this run's first): parked, and
-                # finished after the run, when the run before has its first part.
-                _park(acc, m_i, l_i, part_ptr, stat_ptr, run, 1, WG)
-            elif kb1 < n_kb:
-                # The first part (this run's last): for the run after.
-                _park(acc, m_i, l_i, part_ptr, stat_ptr, run + 1, 0, WG)
-                _signal(flag_ptr, run + 1)
-            else:
-                tma.store_wait(0)
-                _store_out(acc, l_i, o_smem.index(WG), o_desc, b, h, row0, o_layout, False)
-        else:
-            # O through this warpgroup's own buffer; the previous tile's TMA store must
-            # have read it first (waited here, not after issuing: it overlaps the tile).
-            tma.store_wait(0)
-            _store_out(acc, l_i, o_smem.index(WG), o_desc, b, h, row0, o_layout, False)
-        it += n_tiles
-    if SPLIT:  # noqa: SIM102 (a constexpr if: the runtime one inside is not compiled without it)
-        if u0 % n_kb != 0:
-            # This run began inside a row block: merge its two parts and store it.
-            pid_m, h, b = _tile_of(u0 // n_kb, n_m, heads, batch, group, CAUSAL)
-            acc, l_i = _merge_parts(part_ptr, stat_ptr, flag_ptr, run, WG, o_layout, HEAD_DIM)
-            tma.store_wait(0)
-            _store_out(acc, l_i, o_smem.index(WG), o_desc, b, h, pid_m * 2 * ROWS + WG * ROWS,
-                       o_layout, False)  # fmt: skip
+    # Whole row blocks in one loop, the run's pieces in another: the first compiles as
+    # it does without SPLIT (constant key offset), which measured faster than one loop
+    # over both.
+    for i in range(n_dp):
+        it = _consume_block(q_smem, k_smem, v_smem, o_buf, bars, q_empty, o_desc, qk_scale,
+                            seq_k, tiling, i, gl.program_id(0) + i * gl.num_programs(0), 0, 0,
+                            it, workspace, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS,
+                            True)  # fmt: skip
+    if SPLIT:
+        for r in range(n_run):
+            kb0, kb1 = _key_part(first + r, u0, u1, n_kb)
+            it = _consume_block(q_smem, k_smem, v_smem, o_buf, bars, q_empty, o_desc,
+                                qk_scale, seq_k, tiling, n_dp + r, first + r, kb0, kb1, it,
+                                workspace, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS,
+                                False)  # fmt: skip
     tma.store_wait(0)
 
 
@@ -654,12 +666,6 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
                             PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                             PRODUCER_REGS: gl.constexpr, Q_BUFFERS: gl.constexpr,
                             SPLIT: gl.constexpr):  # fmt: skip
-    if SPLIT:
-        # Runs in the order CTAs start (a ticket, not the block index): a run waits
-        # only for the run before it, which has started, so none can wait forever.
-        run = gl.atomic_add(flag_ptr + gl.num_programs(0), 1)
-    else:
-        run = gl.program_id(0)
     # One CTA per SM, output tiles dealt round-robin (heaviest first when causal).
     # Q_BUFFERS pairs of Q buffers (one per consumer warpgroup), each with its barriers.
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape,
@@ -679,15 +685,15 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
         [
             (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
                                     qk_scale, seq_k, n_m, heads, batch, group, part_ptr,
-                                    stat_ptr, flag_ptr, run, 0, CAUSAL, STAGES, PINGPONG,
+                                    stat_ptr, flag_ptr, 0, CAUSAL, STAGES, PINGPONG,
                                     Q_BUFFERS, SPLIT)),
             (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
                                     qk_scale, seq_k, n_m, heads, batch, group, part_ptr,
-                                    stat_ptr, flag_ptr, run, 1, CAUSAL, STAGES, PINGPONG,
+                                    stat_ptr, flag_ptr, 1, CAUSAL, STAGES, PINGPONG,
                                     Q_BUFFERS, SPLIT)),
             (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
                                     q_empty, seq_k, kv_group, n_m, heads, batch, group,
-                                    CAUSAL, STAGES, Q_BUFFERS, run, SPLIT)),
+                                    CAUSAL, STAGES, Q_BUFFERS, SPLIT)),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],
@@ -896,12 +902,13 @@ def split_runs(causal: bool, tiles: int, key_tiles: int, ctas: int) -> bool:
 
 
 def _workspace(q: torch.Tensor, ctas: int) -> tuple[torch.Tensor, ...]:
-    # Per run: two parts (first, second) x two warpgroups x ROWS rows of unnormalized
-    # O (float32) and of (m, l); one flag per run and the ticket counter, zeroed.
-    rows = ctas * 2 * 2 * _ROWS
+    # Per cut (slot 1..ctas-1, between a run and the one before): two warpgroups x ROWS
+    # rows of one parked part's unnormalized O (float32) and (m, l); zeroed int32 flags,
+    # one per slot and warpgroup (slot 0 is never cut: its two go unused).
+    rows = ctas * 2 * _ROWS
     part = torch.empty(rows * q.shape[3], dtype=torch.float32, device=q.device)
     stat = torch.empty(rows * 2, dtype=torch.float32, device=q.device)
-    flags = torch.zeros(ctas + 1, dtype=torch.int32, device=q.device)
+    flags = torch.zeros(2 * ctas, dtype=torch.int32, device=q.device)
     return part, stat, flags
 
 

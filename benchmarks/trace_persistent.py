@@ -1,0 +1,191 @@
+"""A timeline of the persistent Gluon kernel's CTAs, with and without runs of key tiles.
+
+Builds a copy of ``kernels/gluon_flash_fwd.py`` whose first consumer warpgroup writes
+``%globaltimer`` (and its SM, its run) to a trace buffer: when the CTA starts, when
+each row block or part of one is stored (or parked, or merged), and when its loops end.
+Then, per shape and SPLIT_KEYS, prints when the CTAs finish (min / median / max: the
+call lasts until the last) and how long a piece takes by its count of key tiles, which
+is where a cut's cost shows (docs/notes/gluon-kernel.md).
+
+    PYTHONPATH=. python3 benchmarks/trace_persistent.py --out DIR   # sm_90 GPU
+
+The copy is made by text substitution; when the kernel's code no longer has one of the
+snippets below, it stops with the snippet it missed (tests/test_gluon_split.py checks
+that they still apply).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL = ROOT / "kernels/gluon_flash_fwd.py"
+STRIDE = 256  # int64 trace words per CTA: 8 of header, then (end, key tiles) per piece
+
+_TIMER = """
+
+@gluon.jit
+def _now():  # type: ignore[no-untyped-def]
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64,
+                                     is_pure=False, pack=1)
+
+
+@gluon.jit
+def _smid():  # type: ignore[no-untyped-def]
+    return gl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=gl.int32,
+                                     is_pure=False, pack=1)
+
+
+@gluon.jit
+def _attn_fwd_ws_persistent"""
+
+# (snippet of the kernel, what replaces it): a trace pointer through to the consumers,
+# the stamps, and the launcher passing TRACE[0].
+SUBSTITUTIONS = [
+    ("part_ptr, stat_ptr, flag_ptr,\n                            CAUSAL: gl.constexpr",
+     "part_ptr, stat_ptr, flag_ptr, trace_ptr,\n                            CAUSAL: gl.constexpr"),
+    ("part_ptr, stat_ptr, flag_ptr,\n                         WG: gl.constexpr",
+     "part_ptr, stat_ptr, flag_ptr, trace_ptr,\n                         WG: gl.constexpr"),
+    ("stat_ptr, flag_ptr, 0, CAUSAL", "stat_ptr, flag_ptr, trace_ptr, 0, CAUSAL"),
+    ("stat_ptr, flag_ptr, 1, CAUSAL", "stat_ptr, flag_ptr, trace_ptr, 1, CAUSAL"),
+    ("    it = 0\n    # Whole row blocks in one loop",
+     f"    tr = trace_ptr + gl.program_id(0) * {STRIDE}\n"
+     "    if WG == 0:\n"
+     "        gl.store(tr, _now())\n"
+     "        gl.store(tr + 2, _smid().to(gl.int64))\n"
+     "    it = 0\n    # Whole row blocks in one loop"),
+    ("                            True)  # fmt: skip\n",
+     "                            True)  # fmt: skip\n"
+     "        if WG == 0:\n"
+     "            gl.store(tr + 8 + 2 * i, _now())\n"
+     "            gl.store(tr + 9 + 2 * i, (n_kb + 0 * i).to(gl.int64))\n"
+     "    pieces = n_dp\n"),
+    ("                                False)  # fmt: skip\n",
+     "                                False)  # fmt: skip\n"
+     "            if WG == 0:\n"
+     "                gl.store(tr + 8 + 2 * (n_dp + r), _now())\n"
+     "                gl.store(tr + 9 + 2 * (n_dp + r), (kb1 - kb0).to(gl.int64))\n"
+     "        pieces = n_dp + n_run\n"
+     "    if WG == 0:\n"
+     "        gl.store(tr + 3, pieces.to(gl.int64))\n"
+     "        gl.store(tr + 4, _now())\n"),
+    ("    tma.store_wait(0)\n\n\n@gluon.jit\ndef _attn_fwd_ws_persistent",
+     "    tma.store_wait(0)\n    if WG == 0:\n        gl.store(tr + 5, _now())" + _TIMER),
+    ("q_desc, k_desc, v_desc, o_desc, *scalars, *workspace, *constexprs,",
+     "q_desc, k_desc, v_desc, o_desc, *scalars, *workspace, TRACE[0], *constexprs,"),
+    ("\n_ROWS = ", "\nTRACE: list[Any] = [None]  # the trace buffer of the next launch\n_ROWS = "),
+]  # fmt: skip
+
+
+def traced_source(source: str) -> str:
+    """The kernel module's text with the trace stamps; ValueError names a snippet missed."""
+    for old, new in SUBSTITUTIONS:
+        if source.count(old) != 1:
+            raise ValueError(
+                f"{KERNEL.name}: expected the snippet {old!r} once, found it "
+                f"{source.count(old)} times; update benchmarks/trace_persistent.py"
+            )
+        source = source.replace(old, new)
+    return source
+
+
+def _traced_module() -> ModuleType:
+    # A file (gluon.jit reads its functions' source) outside the tree.
+    path = Path(tempfile.mkdtemp()) / "traced_gluon_flash_fwd.py"
+    path.write_text(traced_source(KERNEL.read_text()))
+    spec = importlib.util.spec_from_file_location("traced_gluon_flash_fwd", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def trace(
+    traced: ModuleType, shape: tuple[int, ...], dtype: Any, variant: str, split: int, calls: int
+) -> dict[str, Any]:
+    """The last of ``calls`` launches' trace, one record per CTA, and the output's error."""
+    import torch
+
+    from kernels import flash_plan
+
+    batch, heads_q, heads_kv, seq, head_dim = shape
+    q = torch.randn(batch, heads_q, seq, head_dim, dtype=dtype, device="cuda")
+    k = torch.randn(batch, heads_kv, seq, head_dim, dtype=dtype, device="cuda")
+    v = torch.randn(batch, heads_kv, seq, head_dim, dtype=dtype, device="cuda")
+    out = torch.empty_like(q)
+    ctas = torch.cuda.get_device_properties(0).multi_processor_count
+    choice = flash_plan.gluon_choice(head_dim, False, variant, {"SPLIT_KEYS": split})
+    for _ in range(calls):
+        traced.TRACE[0] = torch.zeros(ctas * STRIDE, dtype=torch.int64, device="cuda")
+        traced.launch_choice(q, k, v, out, False, head_dim**-0.5, choice)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), enable_gqa=heads_q != heads_kv
+    )
+    err = ((out.float() - ref).norm() / ref.norm()).item()
+    rows = traced.TRACE[0].view(ctas, STRIDE).cpu().tolist()
+    return {"shape": list(shape), "dtype": str(dtype), "variant": variant, "split": split,
+            "rel_err": err, "ctas": [r for r in rows if r[0]]}  # fmt: skip
+
+
+def summary(record: dict[str, Any]) -> str:
+    ctas = record["ctas"]
+    t0 = min(c[0] for c in ctas)
+
+    def spread(values: list[float]) -> str:
+        return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f} us"
+
+    by_tiles: dict[int, list[float]] = {}
+    for c in ctas:
+        previous = c[0]
+        for i in range(c[3]):
+            end, tiles = c[8 + 2 * i], c[9 + 2 * i]
+            by_tiles.setdefault(tiles, []).append((end - previous) / 1e3)
+            previous = end
+    pieces = ", ".join(
+        f"{n}: {statistics.median(us):.2f} (x{len(us)})" for n, us in sorted(by_tiles.items())
+    )
+    return "\n".join([
+        f"{tuple(record['shape'])} {record['dtype']} {record['variant']} "
+        f"SPLIT_KEYS={record['split']}: {len(ctas)} CTAs, rel. error {record['rel_err']:.2e}",
+        f"  loops end (min / median / max): {spread([(c[4] - t0) / 1e3 for c in ctas])}; "
+        f"CTA ends: {spread([(c[5] - t0) / 1e3 for c in ctas])}",
+        f"  us a piece by its key tiles (median, count): {pieces}",
+    ])  # fmt: skip
+
+
+CASES = [  # (shape (B, Hq, Hkv, S, D), dtype, variant)
+    ((4, 16, 16, 2048, 64), "bfloat16", "ws-persistent-pingpong"),
+    ((4, 32, 32, 4096, 128), "float16", "ws-persistent"),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--calls", type=int, default=20, help="launches before the traced one")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    traced = _traced_module()
+    records = []
+    for shape, dtype, variant in CASES:
+        for split in (0, 1):
+            record = trace(traced, shape, getattr(torch, dtype), variant, split, args.calls)
+            records.append(record)
+            print(summary(record), flush=True)
+            (args.out / "trace.json").write_text(json.dumps(records))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
