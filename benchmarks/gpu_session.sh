@@ -51,6 +51,9 @@ for p in "$@"; do
     gluon-goals)  # the entry point against cuDNN on the table's and the goals' shapes, side by side, and eager µs per call
       TAIL=45 phase gluon-goals 300 python3 benchmarks/bench_gluon.py --out "$OUT/gluon-goals" \
         --shapes all --providers sdpa,triton --paired sdpa,triton --rounds "${GLUON_ROUNDS:-6}" --budget-s 280 ;;
+    split)  # runs of key tiles: the cut shapes against the reference, then the CTAs' timeline
+      phase split-tests 200 python3 -m pytest tests/test_gluon_split.py -q -ra -p no:cacheprovider
+      phase split-trace 150 python3 benchmarks/trace_persistent.py --out "$OUT/trace" ;;
     ncu-gluon)
       phase ncu-gluon 150 python3 benchmarks/ncu_gluon.py --out "$OUT" --budget-s 60 ;;
     ncu-pipes)  # which pipe each kernel waits on: the entry point beside cuDNN (about 30 s)

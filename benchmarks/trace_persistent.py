@@ -175,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--calls", type=int, default=20, help="launches before the traced one")
     args = parser.parse_args(argv)
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        print("trace_persistent.py: needs an sm_90 GPU (Hopper)", file=sys.stderr)
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     traced = _traced_module()
     records = []
