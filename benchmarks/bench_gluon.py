@@ -102,11 +102,20 @@ HD64_TILES = [
     (4, 16, 16, 2048, 2048, 64, False, "bfloat16"),
     (32, 16, 16, 256, 256, 64, False, "float16"),
 ]
+# Non-causal shapes whose row blocks do not divide evenly among an H100's or H200's 132
+# SMs: where runs of key tiles (SPLIT_KEYS) cut row blocks.
+CUTS = [
+    (16, 16, 16, 512, 512, 64, False, "float16"),
+    (4, 16, 16, 2048, 2048, 64, False, "bfloat16"),
+    (4, 32, 32, 4096, 4096, 128, False, "float16"),
+    (1, 16, 16, 16384, 16384, 128, False, "float16"),
+]
 SHAPE_SETS = {
     "table": TABLE,
     "goals": GOALS,
     "all": TABLE + [c for c in GOALS if c not in TABLE],
     "hd64-tiles": HD64_TILES,
+    "cuts": CUTS,
 }
 SHAPES_ENV = "BENCH_GLUON_SHAPES"  # the workers (subprocesses) read the set from here
 TIMES = SHAPE_SETS[os.environ.get(SHAPES_ENV, "table")]
@@ -564,7 +573,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(SHAPE_SETS),
         default=None,
         help="timed shapes: the PERFORMANCE.md table (default), the goals' shapes, both (all),"
-        " or head_dim 64 non-causal at 128 to 1024 row-block tiles (hd64-tiles)",
+        " head_dim 64 non-causal at 128 to 1024 row-block tiles (hd64-tiles), or the"
+        " non-causal shapes where runs of key tiles cut row blocks (cuts)",
     )
     args = parser.parse_args(argv)
     if args.shapes:

@@ -62,22 +62,24 @@ SUBSTITUTIONS = [
      "        gl.store(tr, _now())\n"
      "        gl.store(tr + 2, _smid().to(gl.int64))\n"
      "    it = 0\n    # Whole row blocks in one loop"),
-    ("                            True)  # fmt: skip\n",
-     "                            True)  # fmt: skip\n"
+    ("                            WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS)  # fmt: skip\n",
+     "                            WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS)  # fmt: skip\n"
      "        if WG == 0:\n"
      "            gl.store(tr + 8 + 2 * i, _now())\n"
      "            gl.store(tr + 9 + 2 * i, (n_kb + 0 * i).to(gl.int64))\n"
-     "    pieces = n_dp\n"),
-    ("                                False)  # fmt: skip\n",
-     "                                False)  # fmt: skip\n"
+     "    pieces = n_dp\n"
+     "    if WG == 0:\n"
+     "        gl.store(tr + 6, (n_dp + 0).to(gl.int64))\n"),
+    ("                                    o_desc, b, h, row0, WG)  # fmt: skip\n",
+     "                                    o_desc, b, h, row0, WG)  # fmt: skip\n"
      "            if WG == 0:\n"
-     "                gl.store(tr + 8 + 2 * (n_dp + r), _now())\n"
-     "                gl.store(tr + 9 + 2 * (n_dp + r), (kb1 - kb0).to(gl.int64))\n"
-     "        pieces = n_dp + n_run\n"
+     "                gl.store(tr + 8 + 2 * (n_dp + j), _now())\n"
+     "                gl.store(tr + 9 + 2 * (n_dp + j), (kb1 - kb0).to(gl.int64))\n"
+     "        pieces = n_dp + n_run\n"),
+    ("    tma.store_wait(0)\n\n\n@gluon.jit\ndef _attn_fwd_ws_persistent",
      "    if WG == 0:\n"
      "        gl.store(tr + 3, pieces.to(gl.int64))\n"
-     "        gl.store(tr + 4, _now())\n"),
-    ("    tma.store_wait(0)\n\n\n@gluon.jit\ndef _attn_fwd_ws_persistent",
+     "        gl.store(tr + 4, _now())\n"
      "    tma.store_wait(0)\n    if WG == 0:\n        gl.store(tr + 5, _now())" + _TIMER),
     ("q_desc, k_desc, v_desc, o_desc, *scalars, *workspace, *constexprs,",
      "q_desc, k_desc, v_desc, o_desc, *scalars, *workspace, TRACE[0], *constexprs,"),
@@ -144,11 +146,14 @@ def summary(record: dict[str, Any]) -> str:
         return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f} us"
 
     by_tiles: dict[int, list[float]] = {}
+    dealt: list[float] = []  # the whole row blocks dealt round-robin, before any run
     for c in ctas:
         previous = c[0]
         for i in range(c[3]):
             end, tiles = c[8 + 2 * i], c[9 + 2 * i]
             by_tiles.setdefault(tiles, []).append((end - previous) / 1e3)
+            if i < c[6]:
+                dealt.append((end - previous) / 1e3)
             previous = end
     pieces = ", ".join(
         f"{n}: {statistics.median(us):.2f} (x{len(us)})" for n, us in sorted(by_tiles.items())
@@ -159,6 +164,8 @@ def summary(record: dict[str, Any]) -> str:
         f"  loops end (min / median / max): {spread([(c[4] - t0) / 1e3 for c in ctas])}; "
         f"CTA ends: {spread([(c[5] - t0) / 1e3 for c in ctas])}",
         f"  us a piece by its key tiles (median, count): {pieces}",
+        f"  us a whole row block dealt before the runs (median, count): "
+        f"{statistics.median(dealt):.2f} (x{len(dealt)})",
     ])  # fmt: skip
 
 

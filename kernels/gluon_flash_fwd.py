@@ -35,8 +35,10 @@ in its static form; the prologue and epilogue a per-tile CTA pays with idle tens
 cores overlap the neighbouring tiles' work. ``SPLIT_KEYS`` (non-causal, where the row
 blocks do not divide evenly among the CTAs) deals all but the last two rounds' worth that
 way, then cuts the remaining row blocks' key tiles into one equal run per CTA, so the
-last round leaves no SM idle; a row block cut in two is merged through a global
-workspace by whichever of its two CTAs finishes its part second (``_finish_cut``).
+last round leaves no SM idle. A run takes its pieces last first: the first part of a
+row block cut in two (its key tiles from 0) is parked in a global workspace at the start
+of one CTA's run, and the second part, last in the next CTA's run, merges it
+(``_finish_piece``).
 
 ``_attn_fwd_simple`` is the plain version of the same kernel (no warp
 specialization, one warpgroup of 64 rows, a TMA ring refilled by the consumer, no
@@ -509,31 +511,6 @@ def _merge(acc, m_i, l_i, part_ptr, stat_ptr, slot, WG: gl.constexpr):  # type: 
 
 
 @gluon.jit
-def _finish_cut(acc, m_i, l_i, workspace, slot, o_smem, o_desc, b, h, row0,  # type: ignore[no-untyped-def]
-                WG: gl.constexpr):  # fmt: skip
-    # One part of a row block cut between two runs. The warpgroup that arrives first
-    # parks its part; the second merges it with its own and stores O. Neither waits for
-    # the other to arrive (the other CTA may not have started): the second waits at most
-    # for the first's stores, which follow its arrival without a wait. The flag counts
-    # arrivals (1 each, so at most 2) and the parked part (4). Scalar atomics: one
-    # thread's, its result shared with the warpgroup through a barrier, which also
-    # orders the other threads' stores before the release and their loads after the
-    # acquire.
-    part_ptr, stat_ptr, flag_ptr = workspace
-    flag = flag_ptr + 2 * slot + WG
-    seen = gl.atomic_add(flag, 1, sem="acq_rel", scope="gpu")
-    if seen == 0:
-        _park(acc, m_i, l_i, part_ptr, stat_ptr, slot, WG)
-        gl.thread_barrier()
-        gl.atomic_add(flag, 4, sem="release", scope="gpu")
-    else:
-        while (seen & 4) == 0:
-            seen = gl.atomic_add(flag, 0, sem="acquire", scope="gpu")
-        acc, l_i = _merge(acc, m_i, l_i, part_ptr, stat_ptr, slot, WG)
-        _store_own(acc, l_i, o_smem, o_desc, b, h, row0)
-
-
-@gluon.jit
 def _store_own(acc, l_i, o_smem, o_desc, b, h, row0):  # type: ignore[no-untyped-def]
     # O through this warpgroup's own buffer; the previous tile's TMA store must have read
     # it first (waited here, not after issuing: it overlaps the next tile).
@@ -578,21 +555,24 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
                             b, h, m0, 0, _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL), it,
                             kv_group, STAGES, Q_BUFFERS)  # fmt: skip
     if SPLIT:
-        for r in range(n_run):
+        for j in range(n_run):
+            r = n_run - 1 - j  # the consumers' order: the run's last piece first
             kb0, kb1 = _key_part(first + r, u0, u1, n_kb)
             pid_m, h, b = _tile_of(first + r, n_m, heads, batch, group, CAUSAL)
             it = _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,
-                                n_dp + r, b, h, pid_m * 2 * ROWS, kb0, kb1 - kb0, it,
+                                n_dp + j, b, h, pid_m * 2 * ROWS, kb0, kb1 - kb0, it,
                                 kv_group, STAGES, Q_BUFFERS)  # fmt: skip
 
 
 @gluon.jit
-def _consume_block(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale, seq_k,  # type: ignore[no-untyped-def]
-                   tiling, i, t, kb0, kb1, it, workspace, WG: gl.constexpr,
-                   CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-                   Q_BUFFERS: gl.constexpr, WHOLE: gl.constexpr):  # fmt: skip
-    # The i-th row block (t) of this CTA: WHOLE, all its key tiles (kb0 = 0, kb1 unused),
-    # else key tiles [kb0, kb1) of a run. Returns the ring position after it.
+def _consume_piece(q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_k, tiling, i,  # type: ignore[no-untyped-def]
+                   t, kb0, kb1, it, WG: gl.constexpr, CAUSAL: gl.constexpr,
+                   STAGES: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr,
+                   WHOLE: gl.constexpr):  # fmt: skip
+    # The i-th row block (t) of this CTA from ring position it: WHOLE, all its key tiles
+    # (kb0 = 0, kb1 unused), else key tiles [kb0, kb1) of a run. Returns O
+    # (unnormalized), m and l of this warpgroup's rows, where they go, and the count of
+    # key tiles.
     n_m, heads, batch, group = tiling
     HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
@@ -614,14 +594,55 @@ def _consume_block(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_sca
     # buffer while this warpgroup finishes P·V and stores O.
     mbarrier.arrive(q_empty.index(qb))
     acc = _last_pv(acc, p16, v_smem, bars, it + n_tiles - 1, STAGES)
-    if WHOLE:
-        _store_own(acc, l_i, o_smem, o_desc, b, h, row0)
-    elif (kb0 > 0) | (kb1 < gl.cdiv(seq_k, BLOCK_N)):
-        # Cut between this CTA's run and the one before (kb0 > 0: slot r) or after.
-        slot = gl.program_id(0) + (kb0 == 0).to(gl.int32)
-        _finish_cut(acc, m_i, l_i, workspace, slot, o_smem, o_desc, b, h, row0, WG)
+    return acc, m_i, l_i, b, h, row0, n_tiles
+
+
+@gluon.jit
+def _finish_piece(acc, m_i, l_i, workspace, pending, kb0, kb1, n_kb, o_smem, o_desc, b, h,  # type: ignore[no-untyped-def]
+                  row0, WG: gl.constexpr):  # fmt: skip
+    # A piece of a run. Its first (the row block's key tiles from 0, cut with the next
+    # run) is parked; its last (the row block's remaining key tiles, cut with the run
+    # before) merges the part that run parked, then stores O. A run parks at its start
+    # and merges at its end, so the part is there long before it is needed; the merge
+    # waits only on a lower CTA, which started no later (no deadlock). pending: the flag
+    # of the part parked after the previous piece, raised now that its stores are long
+    # done (a release right after the stores would wait for them). Returns the flag to
+    # raise after the next piece (-1: none).
+    part_ptr, stat_ptr, flag_ptr = workspace
+    if pending >= 0:
+        # Every thread's stores before one thread's release.
+        gl.thread_barrier()
+        gl.atomic_xchg(flag_ptr + pending, 1, sem="release", scope="gpu")
+    if kb1 < n_kb:
+        slot = gl.program_id(0) + 1
+        _park(acc, m_i, l_i, part_ptr, stat_ptr, slot, WG)
+        pending = 2 * slot + WG
     else:
+        if kb0 > 0:
+            flag = flag_ptr + 2 * gl.program_id(0) + WG
+            # Scalar atomics: one thread's, shared with the warpgroup through a barrier
+            # that also orders the other threads' loads after the acquire.
+            while gl.atomic_add(flag, 0, sem="acquire", scope="gpu") == 0:
+                pass
+            acc, l_i = _merge(acc, m_i, l_i, part_ptr, stat_ptr, gl.program_id(0), WG)
+            # Zero again for the next call on this stream (kernel order makes it seen).
+            gl.atomic_xchg(flag, 0, sem="relaxed", scope="gpu")
         _store_own(acc, l_i, o_smem, o_desc, b, h, row0)
+        pending = -1
+    return pending
+
+
+@gluon.jit
+def _consume_block(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale, seq_k,  # type: ignore[no-untyped-def]
+                   tiling, i, t, it, WG: gl.constexpr, CAUSAL: gl.constexpr,
+                   STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                   Q_BUFFERS: gl.constexpr):  # fmt: skip
+    # The i-th row block (t) of this CTA, whole. Returns the ring position after it.
+    acc, _, l_i, b, h, row0, n_tiles = _consume_piece(q_smem, k_smem, v_smem, bars, q_empty,
+                                                      o_desc, qk_scale, seq_k, tiling, i, t, 0,
+                                                      0, it, WG, CAUSAL, STAGES, PINGPONG,
+                                                      Q_BUFFERS, True)  # fmt: skip
+    _store_own(acc, l_i, o_smem, o_desc, b, h, row0)
     return it + n_tiles
 
 
@@ -646,16 +667,24 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
     # over both.
     for i in range(n_dp):
         it = _consume_block(q_smem, k_smem, v_smem, o_buf, bars, q_empty, o_desc, qk_scale,
-                            seq_k, tiling, i, gl.program_id(0) + i * gl.num_programs(0), 0, 0,
-                            it, workspace, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS,
-                            True)  # fmt: skip
+                            seq_k, tiling, i, gl.program_id(0) + i * gl.num_programs(0), it,
+                            WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS)  # fmt: skip
     if SPLIT:
-        for r in range(n_run):
+        # The run's pieces last first: the part this run parks is parked early.
+        pending = -1
+        for j in range(n_run):
+            r = n_run - 1 - j
             kb0, kb1 = _key_part(first + r, u0, u1, n_kb)
-            it = _consume_block(q_smem, k_smem, v_smem, o_buf, bars, q_empty, o_desc,
-                                qk_scale, seq_k, tiling, n_dp + r, first + r, kb0, kb1, it,
-                                workspace, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS,
-                                False)  # fmt: skip
+            acc, m_i, l_i, b, h, row0, n_tiles = _consume_piece(
+                q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_k, tiling,
+                n_dp + j, first + r, kb0, kb1, it, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS,
+                False)  # fmt: skip
+            it += n_tiles
+            pending = _finish_piece(acc, m_i, l_i, workspace, pending, kb0, kb1, n_kb, o_buf,
+                                    o_desc, b, h, row0, WG)  # fmt: skip
+        if pending >= 0:
+            gl.thread_barrier()
+            gl.atomic_xchg(flag_ptr + pending, 1, sem="release", scope="gpu")
     tma.store_wait(0)
 
 
@@ -903,8 +932,23 @@ def split_runs(causal: bool, tiles: int, key_tiles: int, ctas: int) -> bool:
 
 def _workspace(q: torch.Tensor, ctas: int) -> tuple[torch.Tensor, ...]:
     # Per cut (slot 1..ctas-1, between a run and the one before): two warpgroups x ROWS
-    # rows of one parked part's unnormalized O (float32) and (m, l); zeroed int32 flags,
-    # one per slot and warpgroup (slot 0 is never cut: its two go unused).
+    # rows of one parked part's unnormalized O (float32) and (m, l); int32 flags, one per
+    # slot and warpgroup (slot 0 is never cut: its two go unused), zero between calls
+    # (the merge lowers the flag the park raised). Kept per device and stream, so a call
+    # launches no memset: calls on one stream run one after another. A CUDA graph being
+    # captured gets its own (a replay may run beside later calls on that stream).
+    if not q.is_cuda or torch.cuda.is_current_stream_capturing():
+        return _new_workspace(q, ctas)
+    key = (q.get_device(), torch.cuda.current_stream(q.device).cuda_stream, ctas, q.shape[3])
+    if key not in _WORKSPACES:
+        _WORKSPACES[key] = _new_workspace(q, ctas)
+    return _WORKSPACES[key]
+
+
+_WORKSPACES: dict[tuple[int, int, int, int], tuple[torch.Tensor, ...]] = {}
+
+
+def _new_workspace(q: torch.Tensor, ctas: int) -> tuple[torch.Tensor, ...]:
     rows = ctas * 2 * _ROWS
     part = torch.empty(rows * q.shape[3], dtype=torch.float32, device=q.device)
     stat = torch.empty(rows * 2, dtype=torch.float32, device=q.device)

@@ -71,7 +71,7 @@ def test_gpu_cut_row_blocks_match_the_reference(batch, heads_q, heads_kv, seq_q,
     q = torch.randn(batch, heads_q, seq_q, head_dim, generator=gen).to("cuda", dtype)
     k = torch.randn(batch, heads_kv, seq_k, head_dim, generator=gen).to("cuda", dtype)
     v = torch.randn(batch, heads_kv, seq_k, head_dim, generator=gen).to("cuda", dtype)
-    # A second call: its flags start from zero again.
+    # A second call: the first left the stream's workspace with every flag lowered.
     _check_calls(q, k, v, variant, calls=2)
 
 
@@ -79,12 +79,73 @@ def test_gpu_cut_row_blocks_match_the_reference(batch, heads_q, heads_kv, seq_q,
 @pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
 def test_gpu_many_cuts_in_repeated_calls():
     # The dispatched shape (4,32,32,4096,128): 132 cuts a call, with row block parts of
-    # 1 to 31 key tiles on either side, so the two warpgroups of a cut arrive in either
-    # order and at nearly the same time; 30 calls, each checked.
+    # 1 to 31 key tiles on either side; 30 calls on one workspace, each checked, and
+    # every flag lowered again after them (else a later merge could read a stale part).
     gen = torch.Generator().manual_seed(4096)
     q, k, v = (torch.randn(4, 32, 4096, 128, generator=gen).to("cuda", torch.float16)
                for _ in range(3))  # fmt: skip
     _check_calls(q, k, v, "ws-persistent", calls=30)
+    torch.cuda.synchronize()
+    ctas = torch.cuda.get_device_properties(0).multi_processor_count
+    _, _, flags = gf._workspace(q, ctas)
+    assert flags.abs().sum().item() == 0, flags.nonzero().flatten().tolist()
+
+
+def _cut_inputs(seed: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(4, 16, 2048, 64, generator=gen).to("cuda", torch.bfloat16)
+                 for _ in range(3))  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+def test_gpu_calls_on_two_streams_at_once():
+    # Each stream has its own workspace: two cut calls running side by side do not
+    # read each other's parked parts.
+    first, second = _cut_inputs(1), _cut_inputs(2)
+    outs = [torch.full_like(first[0], float("nan")) for _ in range(2)]
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    torch.cuda.synchronize()
+    for _ in range(5):
+        for stream, (q, k, v), out in zip(streams, (first, second), outs, strict=True):
+            with torch.cuda.stream(stream):
+                gf.flash_attention_fwd(q, k, v, out=out, variant="ws-persistent-pingpong",
+                                       SPLIT_KEYS=1)  # fmt: skip
+    torch.cuda.synchronize()
+    for (q, k, v), out in zip((first, second), outs, strict=True):
+        yardstick = Yardstick.of(q, k, v, causal=False)
+        yardstick.assert_rel(out)
+        yardstick.assert_max(out)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+def test_gpu_a_captured_cut_call_replays_beside_eager_calls():
+    # A CUDA graph gets a workspace of its own at capture: replays interleaved with
+    # eager calls on the stream (which use the stream's) stay correct, on fresh inputs.
+    q, k, v = _cut_inputs(3)
+    out = torch.empty_like(q)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        gf.flash_attention_fwd(q, k, v, out=out, variant="ws-persistent-pingpong", SPLIT_KEYS=1)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            gf.flash_attention_fwd(q, k, v, out=out, variant="ws-persistent-pingpong",
+                                   SPLIT_KEYS=1)  # fmt: skip
+    torch.cuda.current_stream().wait_stream(stream)
+    for seed in (4, 5):
+        fresh = _cut_inputs(seed)
+        for static, new in zip((q, k, v), fresh, strict=True):
+            static.copy_(new)
+        eager = torch.full_like(q, float("nan"))
+        graph.replay()
+        gf.flash_attention_fwd(q, k, v, out=eager, variant="ws-persistent-pingpong",
+                               SPLIT_KEYS=1)  # fmt: skip
+        yardstick = Yardstick.of(q, k, v, causal=False)
+        for result in (out, eager):
+            yardstick.assert_rel(result)
+            yardstick.assert_max(result)
 
 
 def _check_calls(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str,
