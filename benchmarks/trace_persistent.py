@@ -169,10 +169,29 @@ def summary(record: dict[str, Any]) -> str:
     ])  # fmt: skip
 
 
-CASES = [  # (shape (B, Hq, Hkv, S, D), dtype, variant)
+Case = tuple[tuple[int, ...], str, str]  # (shape (B, Hq, Hkv, S, D), dtype, variant)
+CASES: list[Case] = [
     ((4, 16, 16, 2048, 64), "bfloat16", "ws-persistent-pingpong"),
     ((4, 32, 32, 4096, 128), "float16", "ws-persistent"),
 ]
+VARIANTS = ("ws-persistent", "ws-persistent-pingpong")  # the kernel the tool traces
+
+
+def parse_case(text: str) -> Case:
+    """ "B,Hq,Hkv,S,D,dtype,variant" -> ((B, Hq, Hkv, S, D), dtype, variant); non-causal."""
+    fields = text.split(",")
+    want = f"want B,Hq,Hkv,S,D,float16|bfloat16,{'|'.join(VARIANTS)}"
+    if len(fields) != 7 or fields[5] not in ("float16", "bfloat16") or fields[6] not in VARIANTS:
+        raise argparse.ArgumentTypeError(f"{text!r}: {want}")
+    try:
+        shape = tuple(int(x) for x in fields[:5])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {want}") from None
+    if min(shape) < 1 or shape[1] % shape[2] or shape[4] not in (64, 128):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: sizes >= 1, Hq a multiple of Hkv, head_dim 64 or 128"
+        )
+    return shape, fields[5], fields[6]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,15 +200,30 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--calls", type=int, default=20, help="launches before the traced one")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="traces per case and SPLIT_KEYS, in the order 0 1 1 0 0 1 ... (a drift in the"
+        " GPU's clock then falls on both)",
+    )
+    parser.add_argument(
+        "--case",
+        type=parse_case,
+        action="append",
+        help="B,Hq,Hkv,S,D,dtype,variant (repeatable; default: the two in CASES)",
+    )
     args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: want 1 or more")
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("trace_persistent.py: needs an sm_90 GPU (Hopper)", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     traced = _traced_module()
     records = []
-    for shape, dtype, variant in CASES:
-        for split in (0, 1):
+    for shape, dtype, variant in args.case or CASES:
+        for split in [s if r % 2 == 0 else 1 - s for r in range(args.repeats) for s in (0, 1)]:
             record = trace(traced, shape, getattr(torch, dtype), variant, split, args.calls)
             records.append(record)
             print(summary(record), flush=True)

@@ -40,6 +40,23 @@ def test_the_timeline_tool_still_patches_the_kernel():
         trace_persistent.traced_source(source.replace("stat_ptr, flag_ptr, 0, CAUSAL", ""))
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["4,16,16,2048,64,bfloat16", "4,16,16,2048,64,float32,ws-persistent",
+     "4,16,16,2048,96,float16,ws-persistent", "4,16,5,2048,64,float16,ws-persistent",
+     "4,x,16,2048,64,float16,ws-persistent", "4,16,16,2048,64,float16,ws"],
+)  # fmt: skip
+def test_the_timeline_tool_names_a_case_it_cannot_trace(text):
+    import argparse
+
+    from benchmarks import trace_persistent
+
+    with pytest.raises(argparse.ArgumentTypeError, match=text):
+        trace_persistent.parse_case(text)
+    assert trace_persistent.parse_case("1,32,4,16384,128,bfloat16,ws-persistent") == (
+        (1, 32, 4, 16384, 128), "bfloat16", "ws-persistent")  # fmt: skip
+
+
 def _sm90() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
