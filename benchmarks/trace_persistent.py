@@ -147,6 +147,7 @@ def summary(record: dict[str, Any]) -> str:
 
     by_tiles: dict[int, list[float]] = {}
     dealt: list[float] = []  # the whole row blocks dealt round-robin, before any run
+    in_run: list[tuple[str, int, float]] = []  # (where in its run, key tiles, us)
     for c in ctas:
         previous = c[0]
         for i in range(c[3]):
@@ -154,10 +155,28 @@ def summary(record: dict[str, Any]) -> str:
             by_tiles.setdefault(tiles, []).append((end - previous) / 1e3)
             if i < c[6]:
                 dealt.append((end - previous) / 1e3)
+            else:
+                where = "first" if i == c[6] else "last" if i == c[3] - 1 else "middle"
+                in_run.append((where, tiles, (end - previous) / 1e3))
             previous = end
     pieces = ", ".join(
         f"{n}: {statistics.median(us):.2f} (x{len(us)})" for n, us in sorted(by_tiles.items())
     )
+    lines = []
+    if in_run:
+        # A run's first piece is (usually) parked, its last merged: what each costs beyond
+        # its key tiles at the dealt row blocks' pace.
+        tile_us = statistics.median(dealt) / max(by_tiles) if dealt else 0.0
+        beyond: dict[str, list[float]] = {}
+        for where, tiles, us in in_run:
+            beyond.setdefault(where, []).append(us - tiles * tile_us)
+        costs = [
+            f"{where}: {statistics.median(us):.2f} (x{len(us)})" for where, us in beyond.items()
+        ]
+        lines.append(
+            "  us beyond its key tiles, by where a piece is in its run (median, count): "
+            + ", ".join(costs)
+        )
     return "\n".join([
         f"{tuple(record['shape'])} {record['dtype']} {record['variant']} "
         f"SPLIT_KEYS={record['split']}: {len(ctas)} CTAs, rel. error {record['rel_err']:.2e}",
@@ -166,6 +185,7 @@ def summary(record: dict[str, Any]) -> str:
         f"  us a piece by its key tiles (median, count): {pieces}",
         f"  us a whole row block dealt before the runs (median, count): "
         f"{statistics.median(dealt):.2f} (x{len(dealt)})",
+        *lines,
     ])  # fmt: skip
 
 

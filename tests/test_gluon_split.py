@@ -57,6 +57,26 @@ def test_the_timeline_tool_names_a_case_it_cannot_trace(text):
         (1, 32, 4, 16384, 128), "bfloat16", "ws-persistent")  # fmt: skip
 
 
+def test_the_timeline_summary_prices_each_piece_of_a_run():
+    # Two CTAs, 4 key tiles a row block: one whole row block dealt (8 us, so 2 us a key
+    # tile), then a run of a first piece of 1 key tile (5 us: 3 beyond), a whole row
+    # block (9 us: 1 beyond) and a last piece of 3 key tiles (7 us: 1 beyond).
+    from benchmarks import trace_persistent
+
+    def cta(start: int) -> list[int]:
+        ends = [start + us * 1000 for us in (8, 13, 22, 29)]
+        header = [start, 0, 0, 4, ends[-1], ends[-1], 1, 0]
+        pieces = zip(ends, (4, 1, 4, 3), strict=True)
+        return header + [x for end, tiles in pieces for x in (end, tiles)]
+
+    record = {"shape": [1, 1, 1, 512, 64], "dtype": "bf16", "variant": "v", "split": 1,
+              "rel_err": 0.0, "ctas": [cta(1000), cta(2000)]}  # fmt: skip
+    text = trace_persistent.summary(record)
+    assert "dealt before the runs (median, count): 8.00 (x2)" in text
+    assert "first: 3.00 (x2), middle: 1.00 (x2), last: 1.00 (x2)" in text
+    assert "CTA ends: 29.00 / 29.50 / 30.00 us" in text
+
+
 def _sm90() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
