@@ -598,6 +598,15 @@ def _consume_piece(q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_
 
 
 @gluon.jit
+def _raise_parked(flag_ptr, pending):  # type: ignore[no-untyped-def]
+    # Raise flag `pending` (-1: none) of a part this warpgroup parked: every thread's
+    # stores before one thread's release.
+    if pending >= 0:
+        gl.thread_barrier()
+        gl.atomic_xchg(flag_ptr + pending, 1, sem="release", scope="gpu")
+
+
+@gluon.jit
 def _finish_piece(acc, m_i, l_i, workspace, pending, kb0, kb1, n_kb, o_smem, o_desc, b, h,  # type: ignore[no-untyped-def]
                   row0, WG: gl.constexpr):  # fmt: skip
     # A piece of a run. Its first (the row block's key tiles from 0, cut with the next
@@ -609,10 +618,7 @@ def _finish_piece(acc, m_i, l_i, workspace, pending, kb0, kb1, n_kb, o_smem, o_d
     # done (a release right after the stores would wait for them). Returns the flag to
     # raise after the next piece (-1: none).
     part_ptr, stat_ptr, flag_ptr = workspace
-    if pending >= 0:
-        # Every thread's stores before one thread's release.
-        gl.thread_barrier()
-        gl.atomic_xchg(flag_ptr + pending, 1, sem="release", scope="gpu")
+    _raise_parked(flag_ptr, pending)
     if kb1 < n_kb:
         slot = gl.program_id(0) + 1
         _park(acc, m_i, l_i, part_ptr, stat_ptr, slot, WG)
@@ -682,9 +688,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
             it += n_tiles
             pending = _finish_piece(acc, m_i, l_i, workspace, pending, kb0, kb1, n_kb, o_buf,
                                     o_desc, b, h, row0, WG)  # fmt: skip
-        if pending >= 0:
-            gl.thread_barrier()
-            gl.atomic_xchg(flag_ptr + pending, 1, sem="release", scope="gpu")
+        _raise_parked(flag_ptr, pending)
     tma.store_wait(0)
 
 
