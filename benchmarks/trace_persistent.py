@@ -28,7 +28,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = ROOT / "kernels/gluon_flash_fwd.py"
-STRIDE = 256  # int64 trace words per CTA: 8 of header, then (end, key tiles) per piece
+STRIDE = 256  # int64 trace words per CTA: 8 of header, then (end, key tiles) per piece,
+RUN_LOOPS = 192  # and from here, when each piece of the run left its key-tile loop
 
 _TIMER = """
 
@@ -70,6 +71,10 @@ SUBSTITUTIONS = [
      "    pieces = n_dp\n"
      "    if WG == 0:\n"
      "        gl.store(tr + 6, (n_dp + 0).to(gl.int64))\n"),
+    ("            it += n_tiles\n",
+     "            it += n_tiles\n"
+     "            if WG == 0:\n"
+     f"                gl.store(tr + {RUN_LOOPS} + j, _now())\n"),
     ("                                    o_desc, b, h, row0, WG)  # fmt: skip\n",
      "                                    o_desc, b, h, row0, WG)  # fmt: skip\n"
      "            if WG == 0:\n"
@@ -147,7 +152,8 @@ def summary(record: dict[str, Any]) -> str:
 
     by_tiles: dict[int, list[float]] = {}
     dealt: list[float] = []  # the whole row blocks dealt round-robin, before any run
-    in_run: list[tuple[str, int, float]] = []  # (where in its run, key tiles, us)
+    in_run: list[tuple[str, int, float, float]] = []  # (where in its run, key tiles, us
+    # in its key-tile loop, us after it: parking, merging or storing O)
     for c in ctas:
         previous = c[0]
         for i in range(c[3]):
@@ -157,7 +163,8 @@ def summary(record: dict[str, Any]) -> str:
                 dealt.append((end - previous) / 1e3)
             else:
                 where = "first" if i == c[6] else "last" if i == c[3] - 1 else "middle"
-                in_run.append((where, tiles, (end - previous) / 1e3))
+                loop_end = c[RUN_LOOPS + i - c[6]]
+                in_run.append((where, tiles, (loop_end - previous) / 1e3, (end - loop_end) / 1e3))
             previous = end
     pieces = ", ".join(
         f"{n}: {statistics.median(us):.2f} (x{len(us)})" for n, us in sorted(by_tiles.items())
@@ -167,11 +174,13 @@ def summary(record: dict[str, Any]) -> str:
         # A run's first piece is (usually) parked, its last merged: what each costs beyond
         # its key tiles at the dealt row blocks' pace.
         tile_us = statistics.median(dealt) / max(by_tiles) if dealt else 0.0
-        beyond: dict[str, list[float]] = {}
-        for where, tiles, us in in_run:
-            beyond.setdefault(where, []).append(us - tiles * tile_us)
+        beyond: dict[str, list[tuple[float, float]]] = {}
+        for where, tiles, loop_us, finish_us in in_run:
+            beyond.setdefault(where, []).append((loop_us + finish_us - tiles * tile_us, finish_us))
         costs = [
-            f"{where}: {statistics.median(us):.2f} (x{len(us)})" for where, us in beyond.items()
+            f"{where}: {statistics.median(a for a, _ in us):.2f} "
+            f"({statistics.median(f for _, f in us):.2f} after its loop; x{len(us)})"
+            for where, us in beyond.items()
         ]
         lines.append(
             "  us beyond its key tiles, by where a piece is in its run (median, count): "

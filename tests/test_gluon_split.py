@@ -67,13 +67,19 @@ def test_the_timeline_summary_prices_each_piece_of_a_run():
         ends = [start + us * 1000 for us in (8, 13, 22, 29)]
         header = [start, 0, 0, 4, ends[-1], ends[-1], 1, 0]
         pieces = zip(ends, (4, 1, 4, 3), strict=True)
-        return header + [x for end, tiles in pieces for x in (end, tiles)]
+        words = header + [x for end, tiles in pieces for x in (end, tiles)]
+        words += [0] * (trace_persistent.RUN_LOOPS - len(words))
+        # Each piece of the run left its key-tile loop 1, 0.5 and 0.25 us before its end.
+        return words + [end - back for end, back in zip(ends[1:], (1000, 500, 250), strict=True)]
 
     record = {"shape": [1, 1, 1, 512, 64], "dtype": "bf16", "variant": "v", "split": 1,
               "rel_err": 0.0, "ctas": [cta(1000), cta(2000)]}  # fmt: skip
     text = trace_persistent.summary(record)
     assert "dealt before the runs (median, count): 8.00 (x2)" in text
-    assert "first: 3.00 (x2), middle: 1.00 (x2), last: 1.00 (x2)" in text
+    assert (
+        "first: 3.00 (1.00 after its loop; x2), middle: 1.00 (0.50 after its loop; x2), "
+        "last: 1.00 (0.25 after its loop; x2)"
+    ) in text
     assert "CTA ends: 29.00 / 29.50 / 30.00 us" in text
 
 
