@@ -186,6 +186,17 @@ def summary(record: dict[str, Any]) -> str:
             "  us beyond its key tiles, by where a piece is in its run (median, count): "
             + ", ".join(costs)
         )
+        # A cost that does not grow with the key tiles (the intercept) is a fixed one: a
+        # stall when the piece starts, not a slower pace.
+        fits = []
+        for where in ("first", "last"):
+            points = [(n, loop_us) for w, n, loop_us, _ in in_run if w == where]
+            if len({n for n, _ in points}) > 1:
+                fit = statistics.linear_regression(*zip(*points, strict=True))
+                fits.append(f"{where}: {fit.slope:.3f} x key tiles + {fit.intercept:.2f}")
+        if fits:
+            lines.append(f"  us in the key-tile loop (least squares; dealt pace {tile_us:.3f} "
+                         f"a key tile): {'; '.join(fits)}")  # fmt: skip
     return "\n".join([
         f"{tuple(record['shape'])} {record['dtype']} {record['variant']} "
         f"SPLIT_KEYS={record['split']}: {len(ctas)} CTAs, rel. error {record['rel_err']:.2e}",

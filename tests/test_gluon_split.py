@@ -59,28 +59,35 @@ def test_the_timeline_tool_names_a_case_it_cannot_trace(text):
 
 def test_the_timeline_summary_prices_each_piece_of_a_run():
     # Two CTAs, 4 key tiles a row block: one whole row block dealt (8 us, so 2 us a key
-    # tile), then a run of a first piece of 1 key tile (5 us: 3 beyond), a whole row
-    # block (9 us: 1 beyond) and a last piece of 3 key tiles (7 us: 1 beyond).
+    # tile), then a run: a first piece of 1 or 2 key tiles (its loop 2 us a key tile + 2,
+    # then 1 us: 3 beyond), a whole row block (8.5 + 0.5 us: 1 beyond) and a last piece of
+    # 3 or 2 key tiles (2 us a key tile, then 0.25 us: 0.25 beyond).
     from benchmarks import trace_persistent
 
-    def cta(start: int) -> list[int]:
-        ends = [start + us * 1000 for us in (8, 13, 22, 29)]
-        header = [start, 0, 0, 4, ends[-1], ends[-1], 1, 0]
-        pieces = zip(ends, (4, 1, 4, 3), strict=True)
-        words = header + [x for end, tiles in pieces for x in (end, tiles)]
-        words += [0] * (trace_persistent.RUN_LOOPS - len(words))
-        # Each piece of the run left its key-tile loop 1, 0.5 and 0.25 us before its end.
-        return words + [end - back for end, back in zip(ends[1:], (1000, 500, 250), strict=True)]
+    def cta(start: int, first: int) -> list[int]:
+        tiles = (4, first, 4, 4 - first)
+        loops = (8.0, 2 * first + 2, 8.5, 2 * (4 - first))
+        afters = (0.0, 1.0, 0.5, 0.25)
+        ends, loop_ends, t = [], [], start
+        for loop, after in zip(loops, afters, strict=True):
+            loop_ends.append(t + int(loop * 1000))
+            t = loop_ends[-1] + int(after * 1000)
+            ends.append(t)
+        header = [start, 0, 0, 4, t, t, 1, 0]
+        words = header + [x for end, n in zip(ends, tiles, strict=True) for x in (end, n)]
+        return words + [0] * (trace_persistent.RUN_LOOPS - len(words)) + loop_ends[1:]
 
     record = {"shape": [1, 1, 1, 512, 64], "dtype": "bf16", "variant": "v", "split": 1,
-              "rel_err": 0.0, "ctas": [cta(1000), cta(2000)]}  # fmt: skip
+              "rel_err": 0.0, "ctas": [cta(1000, 1), cta(2000, 2)]}  # fmt: skip
     text = trace_persistent.summary(record)
     assert "dealt before the runs (median, count): 8.00 (x2)" in text
     assert (
         "first: 3.00 (1.00 after its loop; x2), middle: 1.00 (0.50 after its loop; x2), "
-        "last: 1.00 (0.25 after its loop; x2)"
+        "last: 0.25 (0.25 after its loop; x2)"
     ) in text
-    assert "CTA ends: 29.00 / 29.50 / 30.00 us" in text
+    # The first piece's fixed 2 us shows as the intercept, its pace as the slope.
+    assert "first: 2.000 x key tiles + 2.00; last: 2.000 x key tiles + 0.00" in text
+    assert "CTA ends: 28.25 / 28.75 / 29.25 us" in text
 
 
 def _sm90() -> bool:
