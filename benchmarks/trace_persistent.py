@@ -2,12 +2,16 @@
 
 Builds a copy of ``kernels/gluon_flash_fwd.py`` whose first consumer warpgroup writes
 ``%globaltimer`` (and its SM, its run) to a trace buffer: when the CTA starts, when
-each row block or part of one is stored (or parked, or merged), and when its loops end.
-Then, per shape and SPLIT_KEYS, prints when the CTAs finish (min / median / max: the
-call lasts until the last) and how long a piece takes by its count of key tiles, which
-is where a cut's cost shows (docs/notes/gluon-kernel.md).
+each row block or part of one is stored (or parked, or merged), when each piece of a
+run leaves its key-tile loop, and when its loops end. Then, per shape and SPLIT_KEYS,
+prints when the CTAs finish (min / median / max: the call lasts until the last), how
+long a piece takes by its count of key tiles, the whole row blocks dealt before the
+runs, and what a run's first, middle and last pieces cost beyond their key tiles (with
+a least-squares line of the first and last pieces' loops: a fixed stall shows as its
+intercept), which is where a cut's cost shows (docs/notes/gluon-kernel.md).
 
     PYTHONPATH=. python3 benchmarks/trace_persistent.py --out DIR   # sm_90 GPU
+    ... --repeats 3 --case 16,16,16,512,64,float16,ws-persistent-pingpong
 
 The copy is made by text substitution; when the kernel's code no longer has one of the
 snippets below, it stops with the snippet it missed (tests/test_gluon_split.py checks
