@@ -944,12 +944,23 @@ def _workspace(q: torch.Tensor, ctas: int) -> tuple[torch.Tensor, ...]:
     if not q.is_cuda or torch.cuda.is_current_stream_capturing():
         return _new_workspace(q, ctas)
     key = (q.get_device(), torch.cuda.current_stream(q.device).cuda_stream, ctas, q.shape[3])
-    if key not in _WORKSPACES:
-        _WORKSPACES[key] = _new_workspace(q, ctas)
-    return _WORKSPACES[key]
+    return _kept_workspace(key, lambda: _new_workspace(q, ctas))
 
 
 _WORKSPACES: dict[tuple[int, int, int, int], tuple[torch.Tensor, ...]] = {}
+_MAX_WORKSPACES = 32  # a process that cycles through more streams than this starts over
+
+
+def _kept_workspace(
+    key: tuple[int, int, int, int], make: Callable[[], tuple[torch.Tensor, ...]]
+) -> tuple[torch.Tensor, ...]:
+    # Dropping the kept ones is safe while kernels still use them: the caching allocator
+    # gives their memory only to later work on the stream each was allocated on.
+    if key not in _WORKSPACES:
+        if len(_WORKSPACES) >= _MAX_WORKSPACES:
+            _WORKSPACES.clear()
+        _WORKSPACES[key] = make()
+    return _WORKSPACES[key]
 
 
 def _new_workspace(q: torch.Tensor, ctas: int) -> tuple[torch.Tensor, ...]:

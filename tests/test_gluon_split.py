@@ -28,6 +28,25 @@ def test_split_runs_only_where_a_row_block_is_cut_at_most_once(causal, tiles, ke
     assert gf.split_runs(causal, tiles, key_tiles, ctas) is cut
 
 
+def test_workspaces_are_kept_per_stream_and_bounded(monkeypatch):
+    # One workspace per (device, stream, CTAs, head_dim), the same object on every call;
+    # a process that cycles through more streams than the bound starts over.
+    monkeypatch.setattr(gf, "_WORKSPACES", {})
+    made = []
+
+    def make() -> tuple[torch.Tensor, ...]:
+        made.append(torch.zeros(1))
+        return (made[-1],)
+
+    first = gf._kept_workspace((0, 1, 132, 64), make)
+    assert gf._kept_workspace((0, 1, 132, 64), make) is first and len(made) == 1
+    assert gf._kept_workspace((0, 2, 132, 64), make) is not first
+    for stream in range(3, 3 + gf._MAX_WORKSPACES):
+        gf._kept_workspace((0, stream, 132, 64), make)
+        assert len(gf._WORKSPACES) <= gf._MAX_WORKSPACES
+    assert len(made) == 1 + 1 + gf._MAX_WORKSPACES
+
+
 def test_the_timeline_tool_still_patches_the_kernel():
     # benchmarks/trace_persistent.py builds a traced copy of the kernel by substitution:
     # every snippet it replaces is still there, once.
