@@ -120,6 +120,20 @@ def _traced_module() -> ModuleType:
     return module
 
 
+def check_fits(shape: tuple[int, ...], ctas: int) -> None:
+    """ValueError where a CTA of ``shape`` would have more pieces than its part of the
+    trace buffer holds (the stamps would land in the next CTA's part, or past the end)."""
+    batch, heads_q, _, seq, _ = shape
+    row_blocks = batch * heads_q * -(-seq // 128)
+    # Dealt round-robin, or one round fewer and a run of at most three pieces.
+    most = -(-row_blocks // ctas) + 2
+    if 8 + 2 * most > RUN_LOOPS:
+        raise ValueError(
+            f"{shape}: up to {most} row blocks a CTA on {ctas} SMs; the trace holds "
+            f"{(RUN_LOOPS - 8) // 2}"
+        )
+
+
 def trace(
     traced: ModuleType, shape: tuple[int, ...], dtype: Any, variant: str, split: int, calls: int
 ) -> dict[str, Any]:
@@ -134,6 +148,7 @@ def trace(
     v = torch.randn(batch, heads_kv, seq, head_dim, dtype=dtype, device="cuda")
     out = torch.empty_like(q)
     ctas = torch.cuda.get_device_properties(0).multi_processor_count
+    check_fits(shape, ctas)
     choice = flash_plan.gluon_choice(head_dim, False, variant, {"SPLIT_KEYS": split})
     for _ in range(calls):
         traced.TRACE[0] = torch.zeros(ctas * STRIDE, dtype=torch.int64, device="cuda")
@@ -263,6 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("trace_persistent.py: needs an sm_90 GPU (Hopper)", file=sys.stderr)
         return 2
+    for shape, _, _ in args.case or CASES:
+        try:
+            check_fits(shape, torch.cuda.get_device_properties(0).multi_processor_count)
+        except ValueError as error:
+            parser.error(f"--case {error}")
     args.out.mkdir(parents=True, exist_ok=True)
     traced = _traced_module()
     records = []

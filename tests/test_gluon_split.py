@@ -76,6 +76,17 @@ def test_the_timeline_tool_names_a_case_it_cannot_trace(text):
         (1, 32, 4, 16384, 128), "bfloat16", "ws-persistent")  # fmt: skip
 
 
+def test_the_timeline_tool_refuses_a_case_its_buffer_cannot_hold():
+    # 64 x 32 x 32 row blocks over 132 SMs: up to 497 dealt and a run (499 pieces) a CTA,
+    # past the trace's part of a CTA.
+    from benchmarks import trace_persistent
+
+    trace_persistent.check_fits((4, 16, 16, 2048, 64), 132)
+    trace_persistent.check_fits((1, 32, 4, 16384, 128), 132)
+    with pytest.raises(ValueError, match="up to 499 row blocks a CTA on 132 SMs"):
+        trace_persistent.check_fits((64, 32, 32, 4096, 64), 132)
+
+
 def test_the_timeline_summary_prices_each_piece_of_a_run():
     # Two CTAs, 4 key tiles a row block: one whole row block dealt (8 us, so 2 us a key
     # tile), then a run: a first piece of 1 or 2 key tiles (its loop 2 us a key tile + 2,
