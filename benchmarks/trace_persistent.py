@@ -137,7 +137,8 @@ def check_fits(shape: tuple[int, ...], ctas: int) -> None:
 def trace(
     traced: ModuleType, shape: tuple[int, ...], dtype: Any, variant: str, split: int, calls: int
 ) -> dict[str, Any]:
-    """The last of ``calls`` launches' trace, one record per CTA, and the output's error."""
+    """The last of ``calls`` launches' trace, one record per CTA, and the output's error
+    (``main`` has checked that the shape fits the trace buffer)."""
     import torch
 
     from kernels import flash_plan
@@ -148,7 +149,6 @@ def trace(
     v = torch.randn(batch, heads_kv, seq, head_dim, dtype=dtype, device="cuda")
     out = torch.empty_like(q)
     ctas = torch.cuda.get_device_properties(0).multi_processor_count
-    check_fits(shape, ctas)
     choice = flash_plan.gluon_choice(head_dim, False, variant, {"SPLIT_KEYS": split})
     for _ in range(calls):
         traced.TRACE[0] = torch.zeros(ctas * STRIDE, dtype=torch.int64, device="cuda")
@@ -188,11 +188,12 @@ def summary(record: dict[str, Any]) -> str:
     pieces = ", ".join(
         f"{n}: {statistics.median(us):.2f} (x{len(us)})" for n, us in sorted(by_tiles.items())
     )
+    # Fewer than two rounds of row blocks put every one in the runs: no dealt pace.
+    tile_us = statistics.median(dealt) / max(by_tiles) if dealt else None
     lines = []
-    if in_run:
+    if in_run and tile_us is not None:
         # A run's first piece is (usually) parked, its last merged: what each costs beyond
         # its key tiles at the dealt row blocks' pace.
-        tile_us = statistics.median(dealt) / max(by_tiles) if dealt else 0.0
         beyond: dict[str, list[tuple[float, float]]] = {}
         for where, tiles, loop_us, finish_us in in_run:
             beyond.setdefault(where, []).append((loop_us + finish_us - tiles * tile_us, finish_us))
@@ -205,25 +206,29 @@ def summary(record: dict[str, Any]) -> str:
             "  us beyond its key tiles, by where a piece is in its run (median, count): "
             + ", ".join(costs)
         )
-        # A cost that does not grow with the key tiles (the intercept) is a fixed one: a
-        # stall when the piece starts, not a slower pace.
-        fits = []
-        for where in ("first", "last"):
-            points = [(n, loop_us) for w, n, loop_us, _ in in_run if w == where]
-            if len({n for n, _ in points}) > 1:
-                fit = statistics.linear_regression(*zip(*points, strict=True))
-                fits.append(f"{where}: {fit.slope:.3f} x key tiles + {fit.intercept:.2f}")
-        if fits:
-            lines.append(f"  us in the key-tile loop (least squares; dealt pace {tile_us:.3f} "
-                         f"a key tile): {'; '.join(fits)}")  # fmt: skip
+    # A cost that does not grow with the key tiles (the intercept) is a fixed one: a
+    # stall when the piece starts, not a slower pace.
+    fits = []
+    for where in ("first", "last"):
+        points = [(n, loop_us) for w, n, loop_us, _ in in_run if w == where]
+        if len({n for n, _ in points}) > 1:
+            fit = statistics.linear_regression(*zip(*points, strict=True))
+            fits.append(f"{where}: {fit.slope:.3f} x key tiles + {fit.intercept:.2f}")
+    if fits:
+        pace = "" if tile_us is None else f"; dealt pace {tile_us:.3f} a key tile"
+        lines.append(f"  us in the key-tile loop (least squares{pace}): {'; '.join(fits)}")
+    dealt_us = (
+        f"{statistics.median(dealt):.2f} (x{len(dealt)})"
+        if dealt
+        else "none (fewer than two rounds: every row block is in the runs)"
+    )
     return "\n".join([
         f"{tuple(record['shape'])} {record['dtype']} {record['variant']} "
         f"SPLIT_KEYS={record['split']}: {len(ctas)} CTAs, rel. error {record['rel_err']:.2e}",
         f"  loops end (min / median / max): {spread([(c[4] - t0) / 1e3 for c in ctas])}; "
         f"CTA ends: {spread([(c[5] - t0) / 1e3 for c in ctas])}",
         f"  us a piece by its key tiles (median, count): {pieces}",
-        f"  us a whole row block dealt before the runs (median, count): "
-        f"{statistics.median(dealt):.2f} (x{len(dealt)})",
+        f"  us a whole row block dealt before the runs (median, count): {dealt_us}",
         *lines,
     ])  # fmt: skip
 

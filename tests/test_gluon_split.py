@@ -120,6 +120,30 @@ def test_the_timeline_summary_prices_each_piece_of_a_run():
     assert "CTA ends: 28.25 / 28.75 / 29.25 us" in text
 
 
+def test_the_timeline_summary_of_runs_with_no_row_block_dealt_first():
+    # Fewer than two rounds of row blocks: every one is in the runs, so there is no dealt
+    # pace to price a piece against; the loop's least-squares line still shows (here 2 us
+    # a key tile, a fixed 1 us in the first piece and 0.25 us in the last).
+    from benchmarks import trace_persistent
+
+    def cta(start: int, first: int) -> list[int]:
+        tiles, loops = (first, 4 - first), (2 * first + 1, 2 * (4 - first))
+        loop_ends = [start + loops[0] * 1000, start + (loops[0] + loops[1]) * 1000 + 500]
+        ends = [loop_ends[0] + 250, loop_ends[1] + 250]
+        words = [start, 0, 0, 2, ends[1], ends[1], 0, 0]
+        words += [x for end, n in zip(ends, tiles, strict=True) for x in (end, n)]
+        return words + [0] * (trace_persistent.RUN_LOOPS - len(words)) + loop_ends
+
+    record = {"shape": [1, 2, 2, 256, 64], "dtype": "bf16", "variant": "v", "split": 1,
+              "rel_err": 0.0, "ctas": [cta(1000, 1), cta(2000, 2)]}  # fmt: skip
+    text = trace_persistent.summary(record)
+    assert "dealt before the runs (median, count): none" in text
+    assert "beyond its key tiles" not in text
+    assert (
+        "(least squares): first: 2.000 x key tiles + 1.00; last: 2.000 x key tiles + 0.25" in text
+    )
+
+
 def _sm90() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
