@@ -15,6 +15,11 @@ mbarrier pipeline must cost one provider, not the run):
    - speed on the nine benchmark shapes: a CUDA graph of k calls (~5 ms) replayed 15 times,
      median per call; the output of each shape checked first on its first and last
      (batch, head) slices.
+   ``--base REV`` adds the kernel of another revision: a provider with ``:BASE=1`` runs
+   REV's ``kernels/gluon_flash_fwd.py`` (with this tree's plan and launcher), so a
+   kernel change is timed beside the kernel it changes in the same rounds. (Where the
+   tree has no git history, as on a machine given only the files, REV may be a file
+   holding that module.)
 3. ``paired`` (``--paired``, one subprocess): the ratio to SDPA default measured side
    by side: per shape, the providers' CUDA graphs replayed in interleaved rounds
    (the order rotating each round), so a clock or power change between two providers'
@@ -110,12 +115,28 @@ CUTS = [
     (4, 32, 32, 4096, 4096, 128, False, "float16"),
     (1, 16, 16, 16384, 16384, 128, False, "float16"),
 ]
+# Head_dim 64 causal from one wave of CTAs to many, short and long pairs, GQA: where the
+# order of the one-warpgroup grid matters.
+HD64_CAUSAL = [
+    (1, 8, 8, 512, 512, 64, True, "float16"),
+    (4, 16, 16, 512, 512, 64, True, "float16"),
+    (16, 16, 16, 512, 512, 64, True, "float16"),
+    (8, 16, 16, 256, 256, 64, True, "bfloat16"),
+    (32, 16, 16, 256, 256, 64, True, "float16"),
+    (4, 32, 8, 512, 512, 64, True, "bfloat16"),
+    (4, 16, 16, 1024, 1024, 64, True, "float16"),
+    (8, 32, 32, 1024, 1024, 64, True, "bfloat16"),
+    (2, 16, 16, 2048, 2048, 64, True, "bfloat16"),
+    (4, 32, 8, 2048, 2048, 64, True, "bfloat16"),
+    (1, 16, 16, 16384, 16384, 64, True, "bfloat16"),
+]
 SHAPE_SETS = {
     "table": TABLE,
     "goals": GOALS,
     "all": TABLE + [c for c in GOALS if c not in TABLE],
     "hd64-tiles": HD64_TILES,
     "cuts": CUTS,
+    "hd64-causal": HD64_CAUSAL,
 }
 SHAPES_ENV = "BENCH_GLUON_SHAPES"  # the workers (subprocesses) read the set from here
 TIMES = SHAPE_SETS[os.environ.get(SHAPES_ENV, "table")]
@@ -134,7 +155,9 @@ PROVIDERS = [
 # ATTN_GLUON=0 (the portable Triton kernel only); "triton+gluon": the dispatch, each
 # check calling twice so the second call runs through the launch plan;
 # "gluon-<variant>[:KEY=VALUE...]" sets config entries, ":hd=D" limits the shapes to
-# one head_dim and ":causal=0" (or 1) to non-causal (causal) ones.
+# one head_dim and ":causal=0" (or 1) to non-causal (causal) ones; ":BASE=1" runs the
+# kernel module of --base instead of this tree's.
+BASE_ENV = "BENCH_GLUON_BASE"  # the workers load --base's kernel module from this file
 
 
 def flops(b, h, sq, sk, d, causal) -> float:
@@ -184,7 +207,10 @@ def _functions(provider: str):
             return tf.flash_attention_fwd(q, k, v, causal=causal, out=out)
 
         return {provider: dispatched}
-    from kernels import gluon_flash_fwd as gf
+    if _entries(provider).get("BASE"):
+        gf = _base_module()
+    else:
+        from kernels import gluon_flash_fwd as gf
 
     variant, overrides = parse_gluon(provider)
     return {provider: lambda q, k, v, causal, out=None: gf.flash_attention_fwd(
@@ -192,6 +218,38 @@ def _functions(provider: str):
 
 
 SHAPE_FILTERS = ("hd", "causal")  # provider entries that filter shapes, not configs
+NOT_CONFIG = (*SHAPE_FILTERS, "BASE")
+
+
+def write_base_module(base: str, out: Path) -> Path:
+    """The kernel module the :BASE=1 providers run, as a file under ``out``: ``base`` is
+    a file holding one, else a git revision whose kernels/gluon_flash_fwd.py it is
+    (SystemExit naming ``base`` when it is neither)."""
+    if Path(base).is_file():
+        source = Path(base).read_text()
+    else:
+        shown = subprocess.run(["git", "show", f"{base}:kernels/gluon_flash_fwd.py"],
+                               cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+        if shown.returncode:
+            raise SystemExit(f"--base {base}: no such file, and git: {shown.stderr.strip()}")
+        source = shown.stdout
+    path = out / "base-kernel" / "gluon_flash_fwd_base.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(source)
+    return path
+
+
+def _base_module():
+    import importlib.util
+
+    path = os.environ.get(BASE_ENV)
+    if not path:
+        raise SystemExit("a provider with :BASE=1 needs --base")
+    spec = importlib.util.spec_from_file_location("gluon_flash_fwd_base", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _entries(provider: str) -> dict[str, int]:
@@ -203,7 +261,7 @@ def parse_gluon(provider: str) -> tuple[str, dict]:
     """ "gluon-ws:STAGES=3:hd=128" -> ("ws", {"STAGES": 3}); hd and causal only filter
     shapes."""
     entries = _entries(provider)
-    overrides = {key: value for key, value in entries.items() if key not in SHAPE_FILTERS}
+    overrides = {key: value for key, value in entries.items() if key not in NOT_CONFIG}
     return provider.removeprefix("gluon-").split(":")[0], overrides
 
 
@@ -569,12 +627,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15, help="rounds of the paired phase")
     parser.add_argument("--worker", default=None)
     parser.add_argument(
+        "--base",
+        default=None,
+        help="git revision (or file) whose kernels/gluon_flash_fwd.py the :BASE=1 providers run",
+    )
+    parser.add_argument(
         "--shapes",
         choices=sorted(SHAPE_SETS),
         default=None,
         help="timed shapes: the PERFORMANCE.md table (default), the goals' shapes, both (all),"
         " head_dim 64 non-causal at 128 to 1024 row-block tiles (hd64-tiles), or the"
-        " non-causal shapes where runs of key tiles cut row blocks (cuts)",
+        " non-causal shapes where runs of key tiles cut row blocks (cuts), or head_dim 64"
+        " causal from one wave of CTAs to many (hd64-causal)",
     )
     args = parser.parse_args(argv)
     if args.shapes:
@@ -590,6 +654,8 @@ def main(argv: list[str] | None = None) -> int:
         worker(args.worker, results, not args.no_checks)
         return 0
     results.unlink(missing_ok=True)  # a warm machine keeps $OUT's old rows otherwise
+    if args.base:
+        os.environ[BASE_ENV] = str(write_base_module(args.base, args.out))
 
     deadline = time.time() + args.budget_s
     log_path = args.out / "bench.log"

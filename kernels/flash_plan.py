@@ -261,6 +261,8 @@ def gluon_config(
     hd 128: 32 KB + 3 x 64 KB = 224 KB; hd 64: 16 KB + 4 x 32 KB = 144 KB (of 227 KB).
     The persistent variants add O's own buffers (2 x 64 x d) and a second pair of Q
     buffers (``Q_BUFFERS``): hd 128 with 2 stages, 64 + 32 + 128 = 224 KB.
+    ``L2_GROUP`` (the one-warpgroup variants, causal): (batch, head) pairs per group of
+    the grid, 0 for the launcher's choice (``gluon_flash_fwd._causal_group``).
     Registers: 12 warps (two consumer warpgroups, the producer's warp rounded up to a
     warpgroup) share 64K registers. With maxnreg=168 triton gives the producer 24, the
     worker consumer 232 and the default-partition consumer the rest (248): FA3 uses
@@ -268,7 +270,12 @@ def gluon_config(
     """
     del causal  # same tiles for both (FA3 narrows BLOCK_N for causal hd 128: 128 vs 176)
     if variant.startswith("simple"):
-        cfg = {"BLOCK_N": 64 if head_dim == 128 else 128, "STAGES": 3, "num_warps": 4}
+        cfg = {
+            "BLOCK_N": 64 if head_dim == 128 else 128,
+            "STAGES": 3,
+            "num_warps": 4,
+            "L2_GROUP": 0,
+        }
     else:
         cfg = {
             "BLOCK_N": 128,
@@ -366,10 +373,19 @@ class Tier(NamedTuple):
 # 0.951x and 0.946x against 0.952x and 0.959x. Not below: (2,8,8,2048,128) took 1.217x
 # against 0.956x (short key ranges: the cut's merge and the shorter parts cost more than
 # the last round's idle CTAs).
+# hd 64 causal from 256^2 and 256 tiles: the one-warpgroup kernel (FASTER's variant, below
+# its product), its grid in groups of (batch, head) pairs with the heaviest row blocks
+# first (kernels/gluon_flash_fwd._causal_group), H200 2026-11-28, side by side with cuDNN
+# in 8 interleaved rounds (docs/data/h200-2026-11-28/gluon-causal-grid-order-1357.txt):
+# 0.699x at (4,16,16,512,64), 0.727x at (8,16,16,256,64), 0.942x at (16,16,16,512,64),
+# 0.798x at (4,32,8,512,64) GQA, where the Triton kernel took 0.956x, 1.103x, 1.173x and
+# 1.091x; at 32 tiles ((1,8,8,512,64)) the two tie (0.734x both), so the Triton kernel
+# stays there.
 FASTER_FROM: dict[tuple[int, bool], tuple[Tier, ...]] = {
     (128, False): (Tier(4096 * 4096, 1024, "ws-persistent", {"SPLIT_KEYS": 1}),),
     (128, True): (Tier(8192 * 8192, 0, "ws", {}),),
     (64, False): (Tier(256 * 256, 256, "ws-persistent-pingpong", {}),),
+    (64, True): (Tier(256 * 256, 256, "simple-overlap", {"BLOCK_N": 64}),),
 }
 
 

@@ -45,7 +45,10 @@ specialization, one warpgroup of 64 rows, a TMA ring refilled by the consumer, n
 overlap inside the warpgroup): the reference for the pipelined one, and the
 fallback if specialization misbehaves. Variant ``simple-overlap`` gives it FA3's
 intra-warpgroup overlap (the softmax of tile j under P_{j-1}·V_{j-1}): the hd-64
-causal choice, where 128-row CTAs waste half of each diagonal tile.
+causal choice, where 128-row CTAs waste half of each diagonal tile. Causal, its grid
+runs (batch, head) pairs in groups, each group's heaviest row blocks first
+(``_causal_group`` sizes them): the CTAs an SM takes first then mix heavy and light
+row blocks, and the grid ends on light ones.
 
 Inputs and limits.
 - sm_90 only (wgmma, TMA). Registry name ``gluon_flash``: ``flash_attention_fwd``
@@ -844,7 +847,7 @@ def _simple_overlapped(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k
 
 
 @gluon.jit
-def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # type: ignore[no-untyped-def]
+def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, heads, group,  # type: ignore[no-untyped-def]
                      CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                      OVERLAP: gl.constexpr):  # fmt: skip
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
@@ -853,12 +856,25 @@ def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, 
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
-    if CAUSAL:
+    if CAUSAL and group > 0:
+        # Grid (pairs of a group, row blocks, groups), launched x fastest: (batch, head)
+        # pairs in groups (_causal_group), within a group the heaviest row blocks (the
+        # last) of every pair first, so the CTAs an SM takes first mix heavy and light
+        # row blocks and each group ends on light ones.
+        pair = gl.program_id(2) * group + gl.program_id(0)
+        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+        h = pair % heads
+        b = pair // heads
+    elif CAUSAL:
+        # Grid (row blocks, heads, batch): a head's row blocks together, the heaviest
+        # first (group 0: where grouping gains nothing, which also spares the division).
         pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
+        h = gl.program_id(1)
+        b = gl.program_id(2)
     else:
         pid_m = gl.program_id(0)
-    h = gl.program_id(1)
-    b = gl.program_id(2)
+        h = gl.program_id(1)
+        b = gl.program_id(2)
     hk = h // kv_group
     row0 = pid_m * ROWS
     n_tiles = _kv_range(row0, seq_k, ROWS, BLOCK_N, CAUSAL)
@@ -916,6 +932,34 @@ def _l2_group(q: torch.Tensor, k: torch.Tensor, pairs: int) -> int:
     l2 = _l2_bytes_of(q.get_device()) if q.is_cuda else 50 << 20
     kv_bytes = 2 * k.shape[2] * k.shape[3] * k.element_size() * k.shape[1] / q.shape[1]
     return max(1, min(pairs, int((l2 // 2) / max(kv_bytes, 1.0))))
+
+
+def _causal_group(q: torch.Tensor, k: torch.Tensor, n_m: int, wanted: int) -> int:
+    # (batch, head) pairs per group of the causal one-warpgroup grid (0: the plain
+    # order, a head's row blocks together), rounded down to a divisor of the pair count
+    # so that every group is whole. `wanted` 0: measured on an H200 (docs/PERFORMANCE.md,
+    # "Causal one-warpgroup grid in groups"). At most one CTA an SM: the order changes
+    # nothing. Up to about two waves of four CTAs an SM: one group, so the first CTAs
+    # each SM takes mix heavy and light row blocks (in the plain order an SM can take
+    # four of the same weight). More, with short pairs (under 16 row blocks): the plain
+    # order (grouped measured 3-13% slower). More, with long pairs: about 1024 CTAs a
+    # group, so that each group's last CTAs are light ones.
+    pairs = q.shape[0] * q.shape[1]
+    if not wanted:
+        ctas, sms = pairs * n_m, _sm_count(q)
+        if ctas <= sms:
+            return 0
+        if ctas <= 8 * sms:
+            wanted = pairs
+        elif n_m < 16:
+            return 0
+        else:
+            wanted = 1024 // n_m
+    group = max(1, min(pairs, wanted))
+    while pairs % group:
+        group -= 1
+    # The grid's third dimension takes at most 65535 groups.
+    return group if pairs // group <= 65535 else 0
 
 
 @functools.cache
@@ -1139,7 +1183,10 @@ def launch_choice(
             return None  # the workspace is the call's own: no plan that would reuse it
         scalars = (*scalars, *workspace)
     elif variant is not None and variant.startswith("simple"):
-        grid = (triton.cdiv(seq_q, _ROWS), heads_q, batch)
+        n_m = triton.cdiv(seq_q, _ROWS)
+        group = _causal_group(q, k, n_m, cfg["L2_GROUP"]) if causal else 0
+        grid = (group, n_m, heads_q * batch // group) if group else (n_m, heads_q, batch)
+        scalars = (*scalars, heads_q, group)
         constexprs = (causal, cfg["STAGES"], variant == "simple-overlap")
         kernel = _attn_fwd_simple[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs, num_warps=cfg["num_warps"]

@@ -150,6 +150,22 @@ def test_many_tiles_bring_the_entry_point_below_faster_s_product(seq, batch_head
     assert by_name == (expected if expected.startswith("gluon") else "gluon-simple")
 
 
+@pytest.mark.parametrize(
+    ("seq", "batch_heads", "expected"),
+    [
+        (512, 64, "gluon-simple-overlap"),  # (4,16,512,64): 256 tiles
+        (256, 128, "gluon-simple-overlap"),  # the tier's smallest product
+        (255, 128, "pointer"),
+        (512, 8, "pointer"),  # (1,8,512,64): 32 tiles, a tie measured: the Triton kernel
+    ],
+)
+def test_hd64_causal_takes_the_one_warpgroup_kernel_from_256_tiles(seq, batch_heads, expected):
+    choice = choose(seq, 64, True, kernel="auto", batch_heads=batch_heads)
+    assert choice.label == expected
+    if expected.startswith("gluon"):
+        assert dict(choice.gluon_config)["BLOCK_N"] == 64
+
+
 def test_a_smaller_product_keeps_faster_s_variant_by_name():
     # Below FASTER's product the entry point keeps Triton; the gluon name runs FASTER's.
     assert choose(128, 64, False, kernel="auto").label == "pointer"
