@@ -261,7 +261,7 @@ def gluon_config(
     hd 128: 32 KB + 3 x 64 KB = 224 KB; hd 64: 16 KB + 4 x 32 KB = 144 KB (of 227 KB).
     The persistent variants add O's own buffers (2 x 64 x d) and a second pair of Q
     buffers (``Q_BUFFERS``): hd 128 with 2 stages, 64 + 32 + 128 = 224 KB.
-    ``L2_GROUP`` (the one-warpgroup variants, causal): (batch, head) pairs per group of
+    ``GROUP_PAIRS`` (the one-warpgroup variants, causal): (batch, head) pairs per group of
     the grid, 0 for the launcher's choice (``gluon_flash_fwd._causal_group``).
     Registers: 12 warps (two consumer warpgroups, the producer's warp rounded up to a
     warpgroup) share 64K registers. With maxnreg=168 triton gives the producer 24, the
@@ -274,7 +274,7 @@ def gluon_config(
             "BLOCK_N": 64 if head_dim == 128 else 128,
             "STAGES": 3,
             "num_warps": 4,
-            "L2_GROUP": 0,
+            "GROUP_PAIRS": 0,
         }
     else:
         cfg = {

@@ -1184,7 +1184,7 @@ def launch_choice(
         scalars = (*scalars, *workspace)
     elif variant is not None and variant.startswith("simple"):
         n_m = triton.cdiv(seq_q, _ROWS)
-        group = _causal_group(q, k, n_m, cfg["L2_GROUP"]) if causal else 0
+        group = _causal_group(q, k, n_m, cfg["GROUP_PAIRS"]) if causal else 0
         grid = (group, n_m, heads_q * batch // group) if group else (n_m, heads_q, batch)
         scalars = (*scalars, heads_q, group)
         constexprs = (causal, cfg["STAGES"], variant == "simple-overlap")

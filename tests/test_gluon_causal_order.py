@@ -57,7 +57,7 @@ def _sm90() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
-SHAPES = [  # (batch, heads_q, heads_kv, seq, head_dim, dtype, L2_GROUP)
+SHAPES = [  # (batch, heads_q, heads_kv, seq, head_dim, dtype, GROUP_PAIRS)
     (2, 8, 2, 300, 64, torch.float16, 4),  # GQA, a ragged last row block, 4 groups
     (4, 6, 3, 513, 64, torch.bfloat16, 5),  # 24 pairs in groups of 4
     (8, 32, 8, 1024, 64, torch.bfloat16, 0),  # the host's own choice (64 pairs a group)
@@ -82,7 +82,7 @@ def test_gpu_grouped_causal_grid_matches_the_reference(batch, heads_q, heads_kv,
     assert gf._causal_group(q, k, -(-seq // 64), group) > 0, "not a grouped grid"
     out = torch.full_like(q, float("nan"))
     gf.flash_attention_fwd(q, k, v, causal=True, out=out, variant="simple-overlap",
-                           L2_GROUP=group)  # fmt: skip
+                           GROUP_PAIRS=group)  # fmt: skip
     yardstick = Yardstick.of(q, k, v, causal=True)
     yardstick.assert_rel(out)
     yardstick.assert_max(out)  # a row block run for the wrong head stays local
