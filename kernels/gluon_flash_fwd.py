@@ -865,14 +865,12 @@ def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, 
         pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
         h = pair % heads
         b = pair // heads
-    elif CAUSAL:
-        # Grid (row blocks, heads, batch): a head's row blocks together, the heaviest
-        # first (group 0: where grouping gains nothing, which also spares the division).
-        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
-        h = gl.program_id(1)
-        b = gl.program_id(2)
     else:
+        # Grid (row blocks, heads, batch): a head's row blocks together, causal the
+        # heaviest first (group 0: where grouping gains nothing, sparing the division).
         pid_m = gl.program_id(0)
+        if CAUSAL:
+            pid_m = gl.num_programs(0) - 1 - pid_m
         h = gl.program_id(1)
         b = gl.program_id(2)
     hk = h // kv_group
@@ -934,7 +932,7 @@ def _l2_group(q: torch.Tensor, k: torch.Tensor, pairs: int) -> int:
     return max(1, min(pairs, int((l2 // 2) / max(kv_bytes, 1.0))))
 
 
-def _causal_group(q: torch.Tensor, k: torch.Tensor, n_m: int, wanted: int) -> int:
+def _causal_group(q: torch.Tensor, n_m: int, wanted: int) -> int:
     # (batch, head) pairs per group of the causal one-warpgroup grid (0: the plain
     # order, a head's row blocks together), rounded down to a divisor of the pair count
     # so that every group is whole. `wanted` 0: measured on an H200 (docs/PERFORMANCE.md,
@@ -1184,7 +1182,7 @@ def launch_choice(
         scalars = (*scalars, *workspace)
     elif variant is not None and variant.startswith("simple"):
         n_m = triton.cdiv(seq_q, _ROWS)
-        group = _causal_group(q, k, n_m, cfg["GROUP_PAIRS"]) if causal else 0
+        group = _causal_group(q, n_m, cfg["GROUP_PAIRS"]) if causal else 0
         grid = (group, n_m, heads_q * batch // group) if group else (n_m, heads_q, batch)
         scalars = (*scalars, heads_q, group)
         constexprs = (causal, cfg["STAGES"], variant == "simple-overlap")

@@ -13,27 +13,26 @@ pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
 from kernels import gluon_flash_fwd as gf
 
 
-def _group(batch: int, heads_q: int, heads_kv: int, seq: int, wanted: int = 0) -> int:
+def _group(batch: int, heads_q: int, seq: int, wanted: int = 0) -> int:
     # Without a GPU the host assumes an H100's 132 SMs.
     q = torch.empty(batch, heads_q, seq, 64, dtype=torch.float16)
-    k = torch.empty(batch, heads_kv, seq, 64, dtype=torch.float16)
-    return gf._causal_group(q, k, -(-seq // 64), wanted)
+    return gf._causal_group(q, -(-seq // 64), wanted)
 
 
 @pytest.mark.parametrize(
     ("shape", "expected"),
     [
-        ((1, 8, 8, 512), 0),  # 64 CTAs: at most one an SM
-        ((2, 8, 8, 512), 0),  # 128 CTAs on 132 SMs
-        ((4, 8, 8, 512), 32),  # 256: one group
-        ((4, 16, 16, 512), 64),  # 512 CTAs: one group
-        ((4, 32, 8, 512), 128),  # 1024 CTAs (GQA): one group
-        ((16, 16, 16, 512), 0),  # 2048 CTAs of 8-row-block pairs: the plain order
-        ((32, 16, 16, 256), 0),
-        ((8, 32, 32, 1024), 64),  # 4096 CTAs of 16-row-block pairs: 1024 a group
-        ((4, 32, 8, 2048), 32),
-        ((1, 16, 16, 16384), 4),
-        ((3, 12, 12, 2048), 18),  # 1152 CTAs: 32 pairs wanted, 18 divides the 36
+        ((1, 8, 512), 0),  # 64 CTAs: at most one an SM
+        ((2, 8, 512), 0),  # 128 CTAs on 132 SMs
+        ((4, 8, 512), 32),  # 256: one group
+        ((4, 16, 512), 64),  # 512 CTAs: one group
+        ((4, 32, 512), 128),  # 1024 CTAs: one group
+        ((16, 16, 512), 0),  # 2048 CTAs of 8-row-block pairs: the plain order
+        ((32, 16, 256), 0),
+        ((8, 32, 1024), 64),  # 4096 CTAs of 16-row-block pairs: 1024 a group
+        ((4, 32, 2048), 32),
+        ((1, 16, 16384), 4),
+        ((3, 12, 2048), 18),  # 1152 CTAs: 32 pairs wanted, 18 divides the 36
     ],
 )
 def test_the_hosts_group_by_grid_size_and_pair_length(shape, expected):
@@ -42,15 +41,15 @@ def test_the_hosts_group_by_grid_size_and_pair_length(shape, expected):
 
 def test_a_grid_past_65535_groups_keeps_the_plain_order():
     # 65537 pairs (a prime): only groups of one divide them, too many for the grid's z.
-    assert _group(65537, 1, 1, 1, 32) == 0
-    assert _group(65536, 1, 1, 1, 1) == 0  # 65536 groups of one: one too many
-    assert _group(65536, 1, 1, 1, 2) == 2
-    assert _group(65535, 1, 1, 1, 1) == 1
+    assert _group(65537, 1, 1, 32) == 0
+    assert _group(65536, 1, 1, 1) == 0  # 65536 groups of one: one too many
+    assert _group(65536, 1, 1, 2) == 2
+    assert _group(65535, 1, 1, 1) == 1
 
 
 @pytest.mark.parametrize(("wanted", "expected"), [(32, 24), (5, 4), (1, 1), (1000, 48)])
 def test_an_asked_group_is_rounded_down_to_a_divisor_of_the_pairs(wanted, expected):
-    assert _group(4, 12, 12, 64, wanted) == expected  # 48 pairs
+    assert _group(4, 12, 64, wanted) == expected  # 48 pairs
 
 
 def _sm90() -> bool:
@@ -79,7 +78,7 @@ def test_gpu_grouped_causal_grid_matches_the_reference(batch, heads_q, heads_kv,
     q = torch.randn(batch, heads_q, seq, head_dim, generator=gen).to("cuda", dtype)
     k = torch.randn(batch, heads_kv, seq, head_dim, generator=gen).to("cuda", dtype)
     v = torch.randn(batch, heads_kv, seq, head_dim, generator=gen).to("cuda", dtype)
-    assert gf._causal_group(q, k, -(-seq // 64), group) > 0, "not a grouped grid"
+    assert gf._causal_group(q, -(-seq // 64), group) > 0, "not a grouped grid"
     out = torch.full_like(q, float("nan"))
     gf.flash_attention_fwd(q, k, v, causal=True, out=out, variant="simple-overlap",
                            GROUP_PAIRS=group)  # fmt: skip
