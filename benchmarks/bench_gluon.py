@@ -130,6 +130,16 @@ HD64_CAUSAL = [
     (4, 32, 8, 2048, 2048, 64, True, "bfloat16"),
     (1, 16, 16, 16384, 16384, 64, True, "bfloat16"),
 ]
+# Head_dim 128 causal from 8192^2 (the per-tile grid): long pairs of 64 to 256 row
+# blocks, 8 to 32 pairs, GQA: where the grid's order sets the tail.
+HD128_CAUSAL = [
+    (1, 16, 16, 16384, 16384, 128, True, "float16"),
+    (1, 16, 16, 16384, 16384, 128, True, "bfloat16"),
+    (1, 32, 8, 8192, 8192, 128, True, "bfloat16"),
+    (2, 16, 16, 8192, 8192, 128, True, "float16"),
+    (1, 32, 32, 16384, 16384, 128, True, "bfloat16"),
+    (1, 8, 8, 32768, 32768, 128, True, "float16"),
+]
 SHAPE_SETS = {
     "table": TABLE,
     "goals": GOALS,
@@ -137,6 +147,7 @@ SHAPE_SETS = {
     "hd64-tiles": HD64_TILES,
     "cuts": CUTS,
     "hd64-causal": HD64_CAUSAL,
+    "hd128-causal": HD128_CAUSAL,
 }
 SHAPES_ENV = "BENCH_GLUON_SHAPES"  # the workers (subprocesses) read the set from here
 TIMES = SHAPE_SETS[os.environ.get(SHAPES_ENV, "table")]
@@ -638,7 +649,8 @@ def main(argv: list[str] | None = None) -> int:
         help="timed shapes: the PERFORMANCE.md table (default), the goals' shapes, both (all),"
         " head_dim 64 non-causal at 128 to 1024 row-block tiles (hd64-tiles), or the"
         " non-causal shapes where runs of key tiles cut row blocks (cuts), or head_dim 64"
-        " causal from one wave of CTAs to many (hd64-causal)",
+        " causal from one wave of CTAs to many (hd64-causal), or head_dim 128 causal from"
+        " 8192^2 (hd128-causal)",
     )
     args = parser.parse_args(argv)
     if args.shapes:

@@ -261,8 +261,9 @@ def gluon_config(
     hd 128: 32 KB + 3 x 64 KB = 224 KB; hd 64: 16 KB + 4 x 32 KB = 144 KB (of 227 KB).
     The persistent variants add O's own buffers (2 x 64 x d) and a second pair of Q
     buffers (``Q_BUFFERS``): hd 128 with 2 stages, 64 + 32 + 128 = 224 KB.
-    ``GROUP_PAIRS`` (the one-warpgroup variants, causal): (batch, head) pairs per group of
-    the grid, 0 for the launcher's choice (``gluon_flash_fwd._causal_group``).
+    ``GROUP_PAIRS`` (the per-tile grids: the one-warpgroup variants, "ws" and
+    "ws-pingpong"; causal): (batch, head) pairs per group of the grid, 0 for the
+    launcher's choice (``gluon_flash_fwd._causal_group``).
     Registers: 12 warps (two consumer warpgroups, the producer's warp rounded up to a
     warpgroup) share 64K registers. With maxnreg=168 triton gives the producer 24, the
     worker consumer 232 and the default-partition consumer the rest (248): FA3 uses
@@ -288,6 +289,8 @@ def gluon_config(
             "PRODUCER_REGS": 24,
             "maxnreg": 168,
         }
+        if not variant.startswith("ws-persistent"):  # the per-tile grid
+            cfg["GROUP_PAIRS"] = 0
         if variant.startswith("ws-persistent"):
             # Two pairs of Q buffers: the producer goes on to the next tile's Q and key
             # tiles without waiting for this tile's last Q·K^T.
@@ -373,6 +376,11 @@ class Tier(NamedTuple):
 # 0.951x and 0.946x against 0.952x and 0.959x. Not below: (2,8,8,2048,128) took 1.217x
 # against 0.956x (short key ranges: the cut's merge and the shorter parts cost more than
 # the last round's idle CTAs).
+# hd 128 causal from 8192^2: the per-tile grid, in groups of 4 (batch, head) pairs with
+# the heaviest row blocks first since 2026-11-28 (H200, 8 interleaved rounds,
+# docs/data/h200-2026-11-28/gluon-causal-ws-grid-groups-1534.txt: 0.826x to 0.886x cuDNN
+# against the plain order's 0.852x to 0.899x); below 8192^2 the persistent kernel stays
+# ahead of it (0.904x against 0.947x at (4,32,4096,128)).
 # hd 64 causal from 256^2 and 256 tiles: the one-warpgroup kernel (FASTER's variant, below
 # its product), its grid in groups of (batch, head) pairs with the heaviest row blocks
 # first (kernels/gluon_flash_fwd._causal_group), H200 2026-11-28, side by side with cuDNN

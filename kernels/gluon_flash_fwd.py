@@ -21,7 +21,9 @@ owns BLOCK_M = 128 query rows of one (batch, head) and runs three partitions
 Masks: only the tiles that need one run the ``where`` (the causal diagonal, the
 ragged last key tile); whole tiles run unmasked. The output (divided by the row
 sums) goes back through shared memory (the warpgroup's own Q buffer) with a TMA
-store, which clips rows past seq_q.
+store, which clips rows past seq_q. Causal, the per-tile grid runs (batch, head) pairs
+in groups, each group's heaviest row blocks first (``_causal_group``), so the grid ends
+on light row blocks rather than on the last head's heaviest.
 
 ``_attn_fwd_ws_persistent`` (variant ``ws-persistent``; ``ws-persistent-pingpong`` adds
 the scheduler barrier, its turns running on across tiles) is the same pipeline with one
@@ -338,6 +340,29 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n
 
 
 @gluon.jit
+def _grid_tile(heads, group, CAUSAL: gl.constexpr):  # type: ignore[no-untyped-def]
+    # (row block, head, batch) of this CTA in a per-tile grid.
+    if CAUSAL and group > 0:
+        # Grid (pairs of a group, row blocks, groups), launched x fastest: (batch, head)
+        # pairs in groups (_causal_group), within a group the heaviest row blocks (the
+        # last) of every pair first, so the CTAs an SM takes first mix heavy and light
+        # row blocks and each group ends on light ones.
+        pair = gl.program_id(2) * group + gl.program_id(0)
+        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
+        h = pair % heads
+        b = pair // heads
+    else:
+        # Grid (row blocks, heads, batch): a head's row blocks together, causal the
+        # heaviest first (group 0: where grouping gains nothing, sparing the division).
+        pid_m = gl.program_id(0)
+        if CAUSAL:
+            pid_m = gl.num_programs(0) - 1 - pid_m
+        h = gl.program_id(1)
+        b = gl.program_id(2)
+    return pid_m, h, b
+
+
+@gluon.jit
 def _kv_buffers(k_desc, v_desc, STAGES: gl.constexpr):  # type: ignore[no-untyped-def]
     # The K/V ring: STAGES key tiles and STAGES value tiles in shared memory.
     k_smem = gl.allocate_shared_memory(
@@ -376,18 +401,12 @@ def _sched_barriers():  # type: ignore[no-untyped-def]
 
 
 @gluon.jit
-def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group,  # type: ignore[no-untyped-def]
+def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, heads, group,  # type: ignore[no-untyped-def]
                  CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
                  CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):  # fmt: skip
     BLOCK_M: gl.constexpr = 2 * ROWS
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    if CAUSAL:
-        # Row blocks near the end do the most work: launch them first.
-        pid_m = gl.num_programs(0) - 1 - gl.program_id(0)
-    else:
-        pid_m = gl.program_id(0)
-    h = gl.program_id(1)
-    b = gl.program_id(2)
+    pid_m, h, b = _grid_tile(heads, group, CAUSAL)
     hk = h // kv_group
     m0 = pid_m * BLOCK_M
     n_tiles = _kv_range(m0, seq_k, BLOCK_M, BLOCK_N, CAUSAL)
@@ -856,23 +875,7 @@ def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, 
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
-    if CAUSAL and group > 0:
-        # Grid (pairs of a group, row blocks, groups), launched x fastest: (batch, head)
-        # pairs in groups (_causal_group), within a group the heaviest row blocks (the
-        # last) of every pair first, so the CTAs an SM takes first mix heavy and light
-        # row blocks and each group ends on light ones.
-        pair = gl.program_id(2) * group + gl.program_id(0)
-        pid_m = gl.num_programs(1) - 1 - gl.program_id(1)
-        h = pair % heads
-        b = pair // heads
-    else:
-        # Grid (row blocks, heads, batch): a head's row blocks together, causal the
-        # heaviest first (group 0: where grouping gains nothing, sparing the division).
-        pid_m = gl.program_id(0)
-        if CAUSAL:
-            pid_m = gl.num_programs(0) - 1 - pid_m
-        h = gl.program_id(1)
-        b = gl.program_id(2)
+    pid_m, h, b = _grid_tile(heads, group, CAUSAL)
     hk = h // kv_group
     row0 = pid_m * ROWS
     n_tiles = _kv_range(row0, seq_k, ROWS, BLOCK_N, CAUSAL)
@@ -932,22 +935,28 @@ def _l2_group(q: torch.Tensor, k: torch.Tensor, pairs: int) -> int:
     return max(1, min(pairs, int((l2 // 2) / max(kv_bytes, 1.0))))
 
 
-def _causal_group(q: torch.Tensor, n_m: int, wanted: int) -> int:
-    # (batch, head) pairs per group of the causal one-warpgroup grid (0: the plain
-    # order, a head's row blocks together), rounded down to a divisor of the pair count
-    # so that every group is whole. `wanted` 0: measured on an H200 (docs/PERFORMANCE.md,
-    # "Causal one-warpgroup grid in groups"). At most one CTA an SM: the order changes
-    # nothing. Up to about two waves of four CTAs an SM: one group, so the first CTAs
-    # each SM takes mix heavy and light row blocks (in the plain order an SM can take
-    # four of the same weight). More, with short pairs (under 16 row blocks): the plain
-    # order (grouped measured 3-13% slower). More, with long pairs: about 1024 CTAs a
-    # group, so that each group's last CTAs are light ones.
+def _causal_group(q: torch.Tensor, n_m: int, wanted: int, ctas_per_sm: int) -> int:
+    # (batch, head) pairs per group of a causal per-tile grid (0: the plain order, a
+    # head's row blocks together), rounded down to a divisor of the pair count so that
+    # every group is whole. `wanted` 0: measured on an H200 (docs/PERFORMANCE.md,
+    # "Causal one-warpgroup grid in groups" and "Causal per-tile grid in groups"). At
+    # most one CTA an SM: the order changes nothing. The two-warpgroup grid (one CTA an
+    # SM, long pairs of 64 to 256 row blocks): 4 pairs, so the last group's heaviest row
+    # blocks start long before the end (in the plain order the last head's start about
+    # one row block's time before the others end). The one-warpgroup grid (four CTAs an
+    # SM): up to about two waves, one group, so the first CTAs each SM takes mix heavy
+    # and light row blocks (in the plain order an SM can take four of the same weight);
+    # more, with short pairs (under 16 row blocks), the plain order (grouped measured
+    # 3-13% slower); more, with long pairs, about 1024 CTAs a group, so that each
+    # group's last CTAs are light ones.
     pairs = q.shape[0] * q.shape[1]
     if not wanted:
         ctas, sms = pairs * n_m, _sm_count(q)
         if ctas <= sms:
             return 0
-        if ctas <= 8 * sms:
+        if ctas_per_sm == 1:
+            wanted = 4
+        elif ctas <= 2 * ctas_per_sm * sms:
             wanted = pairs
         elif n_m < 16:
             return 0
@@ -1182,7 +1191,7 @@ def launch_choice(
         scalars = (*scalars, *workspace)
     elif variant is not None and variant.startswith("simple"):
         n_m = triton.cdiv(seq_q, _ROWS)
-        group = _causal_group(q, n_m, cfg["GROUP_PAIRS"]) if causal else 0
+        group = _causal_group(q, n_m, cfg["GROUP_PAIRS"], 4) if causal else 0
         grid = (group, n_m, heads_q * batch // group) if group else (n_m, heads_q, batch)
         scalars = (*scalars, heads_q, group)
         constexprs = (causal, cfg["STAGES"], variant == "simple-overlap")
@@ -1190,7 +1199,10 @@ def launch_choice(
             q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs, num_warps=cfg["num_warps"]
         )
     else:
-        grid = (triton.cdiv(seq_q, 2 * _ROWS), heads_q, batch)
+        n_m = triton.cdiv(seq_q, 2 * _ROWS)
+        group = _causal_group(q, n_m, cfg["GROUP_PAIRS"], 1) if causal else 0
+        grid = (group, n_m, heads_q * batch // group) if group else (n_m, heads_q, batch)
+        scalars = (*scalars, heads_q, group)
         constexprs = (causal, cfg["STAGES"], variant == "ws-pingpong", cfg["CONSUMER_REGS"],
                       cfg["PRODUCER_REGS"])  # fmt: skip
         kernel = _attn_fwd_ws[grid](

@@ -1,6 +1,7 @@
-"""The causal one-warpgroup Gluon grid's launch order: (batch, head) pairs in whole
-groups, heaviest row blocks first; the group size on the host, and the output of grids
-of several groups against a float32 reference on an sm_90 GPU."""
+"""The causal per-tile Gluon grids' launch order (the one-warpgroup kernel's and the
+two-warpgroup "ws" kernel's): (batch, head) pairs in whole groups, heaviest row blocks
+first; the group size on the host, and the output of grids of several groups against a
+float32 reference on an sm_90 GPU."""
 
 from __future__ import annotations
 
@@ -14,9 +15,16 @@ from kernels import gluon_flash_fwd as gf
 
 
 def _group(batch: int, heads_q: int, seq: int, wanted: int = 0) -> int:
-    # Without a GPU the host assumes an H100's 132 SMs.
+    # The one-warpgroup grid: 64-row blocks, four CTAs an SM. Without a GPU the host
+    # assumes an H100's 132 SMs.
     q = torch.empty(batch, heads_q, seq, 64, dtype=torch.float16)
-    return gf._causal_group(q, -(-seq // 64), wanted)
+    return gf._causal_group(q, -(-seq // 64), wanted, 4)
+
+
+def _ws_group(batch: int, heads_q: int, seq: int, wanted: int = 0) -> int:
+    # The two-warpgroup per-tile grid: 128-row blocks, one CTA an SM.
+    q = torch.empty(batch, heads_q, seq, 128, dtype=torch.float16)
+    return gf._causal_group(q, -(-seq // 128), wanted, 1)
 
 
 @pytest.mark.parametrize(
@@ -39,6 +47,22 @@ def test_the_hosts_group_by_grid_size_and_pair_length(shape, expected):
     assert _group(*shape) == expected
 
 
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        ((1, 2, 8192), 0),  # 128 CTAs on 132 SMs
+        ((1, 4, 8192), 4),  # 256 CTAs: one group of the four pairs
+        ((1, 16, 16384), 4),
+        ((2, 16, 8192), 4),
+        ((1, 8, 32768), 4),
+        ((1, 6, 16384), 3),  # 4 does not divide 6 pairs
+        ((1, 7, 16384), 1),  # 7 pairs: groups of one
+    ],
+)
+def test_the_two_warpgroup_grid_takes_four_pairs_a_group(shape, expected):
+    assert _ws_group(*shape) == expected
+
+
 def test_a_grid_past_65535_groups_keeps_the_plain_order():
     # 65537 pairs (a prime): only groups of one divide them, too many for the grid's z.
     assert _group(65537, 1, 1, 32) == 0
@@ -56,31 +80,35 @@ def _sm90() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
-SHAPES = [  # (batch, heads_q, heads_kv, seq, head_dim, dtype, GROUP_PAIRS)
-    (2, 8, 2, 300, 64, torch.float16, 4),  # GQA, a ragged last row block, 4 groups
-    (4, 6, 3, 513, 64, torch.bfloat16, 5),  # 24 pairs in groups of 4
-    (8, 32, 8, 1024, 64, torch.bfloat16, 0),  # the host's own choice (64 pairs a group)
-    (4, 16, 16, 512, 64, torch.float16, 0),  # one group of every pair
-    (3, 4, 4, 257, 128, torch.float16, 3),  # head_dim 128
+SHAPES = [  # (variant, batch, heads_q, heads_kv, seq, head_dim, dtype, GROUP_PAIRS)
+    ("simple-overlap", 2, 8, 2, 300, 64, torch.float16, 4),  # GQA, ragged, 4 groups
+    ("simple-overlap", 4, 6, 3, 513, 64, torch.bfloat16, 5),  # 24 pairs in groups of 4
+    ("simple-overlap", 8, 32, 8, 1024, 64, torch.bfloat16, 0),  # the host's choice: 64
+    ("simple-overlap", 4, 16, 16, 512, 64, torch.float16, 0),  # one group of every pair
+    ("simple-overlap", 3, 4, 4, 257, 128, torch.float16, 3),  # head_dim 128
+    ("ws", 4, 8, 2, 1000, 128, torch.bfloat16, 0),  # GQA, ragged, the host's choice: 4
+    ("ws", 3, 4, 4, 1300, 128, torch.float16, 3),  # 12 pairs in groups of 3
+    ("ws", 2, 6, 6, 700, 64, torch.float16, 4),  # head_dim 64: 12 pairs in groups of 4
 ]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
 @pytest.mark.parametrize(
-    ("batch", "heads_q", "heads_kv", "seq", "head_dim", "dtype", "group"),
+    ("variant", "batch", "heads_q", "heads_kv", "seq", "head_dim", "dtype", "group"),
     SHAPES,
-    ids=[f"{b}x{h}x{hk}x{s}x{d}-{str(t)[6:]}-g{g}" for b, h, hk, s, d, t, g in SHAPES],
+    ids=[f"{v}-{b}x{h}x{hk}x{s}x{d}-{str(t)[6:]}-g{g}" for v, b, h, hk, s, d, t, g in SHAPES],
 )
-def test_gpu_grouped_causal_grid_matches_the_reference(batch, heads_q, heads_kv, seq,
-                                                       head_dim, dtype, group):  # fmt: skip
+def test_gpu_grouped_causal_grid_matches_the_reference(variant, batch, heads_q, heads_kv,
+                                                       seq, head_dim, dtype, group):  # fmt: skip
     gen = torch.Generator().manual_seed(seq * 3 + group)
     q = torch.randn(batch, heads_q, seq, head_dim, generator=gen).to("cuda", dtype)
     k = torch.randn(batch, heads_kv, seq, head_dim, generator=gen).to("cuda", dtype)
     v = torch.randn(batch, heads_kv, seq, head_dim, generator=gen).to("cuda", dtype)
-    assert gf._causal_group(q, -(-seq // 64), group) > 0, "not a grouped grid"
+    rows, per_sm = (64, 4) if variant == "simple-overlap" else (128, 1)
+    assert gf._causal_group(q, -(-seq // rows), group, per_sm) > 0, "not a grouped grid"
     out = torch.full_like(q, float("nan"))
-    gf.flash_attention_fwd(q, k, v, causal=True, out=out, variant="simple-overlap",
+    gf.flash_attention_fwd(q, k, v, causal=True, out=out, variant=variant,
                            GROUP_PAIRS=group)  # fmt: skip
     yardstick = Yardstick.of(q, k, v, causal=True)
     yardstick.assert_rel(out)
