@@ -6,8 +6,9 @@
 #   timed     the unchanged tree, gated kernels timed anyway (--time-identical)
 #   gluon-off the entry point's Gluon dispatch of hd-128 non-causal raised to S >= 4096:
 #             only the ungated flash_attention control moves (reported, never failing)
-#   overlap-off a planted regression: hd-64 causal Gluon back to the plain one-warpgroup
-#             kernel (no intra-warpgroup overlap; about 3.5% at (4, 16, 1024, 64) on an H100)
+#   overlap-off a planted regression: FASTER's hd-64 causal Gluon variant back to the plain
+#             one-warpgroup kernel (no intra-warpgroup overlap), below the causal tier of 256
+#             row blocks (gluon_flash's (1, 8, 512, 64): 1.083x on an H200)
 #   ws-off    a planted regression in the portable Triton kernel (its warp-specialized
 #             TMA path off)
 #   cuda-overlap-off a planted regression in the CUDA C++ kernel's Hopper path: its
