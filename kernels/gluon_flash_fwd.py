@@ -940,28 +940,26 @@ def _causal_group(q: torch.Tensor, n_m: int, wanted: int, ctas_per_sm: int) -> i
     # head's row blocks together), rounded down to a divisor of the pair count so that
     # every group is whole. `wanted` 0: measured on an H200 (docs/PERFORMANCE.md,
     # "Causal one-warpgroup grid in groups" and "Causal per-tile grid in groups"). At
-    # most one CTA an SM: the order changes nothing. The two-warpgroup grid (one CTA an
-    # SM, long pairs of 64 to 256 row blocks): 4 pairs, so the last group's heaviest row
-    # blocks start long before the end (in the plain order the last head's start about
-    # one row block's time before the others end). The one-warpgroup grid (four CTAs an
-    # SM): up to about two waves, one group, so the first CTAs each SM takes mix heavy
-    # and light row blocks (in the plain order an SM can take four of the same weight);
-    # more, with short pairs (under 16 row blocks), the plain order (grouped measured
-    # 3-13% slower); more, with long pairs, about 1024 CTAs a group, so that each
-    # group's last CTAs are light ones.
+    # most one CTA an SM: the order changes nothing. Up to about two waves: one group, so
+    # the first CTAs each SM takes mix heavy and light row blocks (in the plain order an
+    # SM of the one-warpgroup grid, four CTAs an SM, can take four of the same weight).
+    # More, with short pairs (under 16 row blocks): the plain order (the one-warpgroup
+    # grid grouped measured 3-13% slower). More, with long pairs: the one-warpgroup grid
+    # about 1024 CTAs a group, so that each group's last CTAs are light ones; the
+    # two-warpgroup grid (one CTA an SM; measured on pairs of 64 to 256 row blocks) 4
+    # pairs, so the last group's heaviest row blocks start long before the end (in the
+    # plain order the last head's start about one row block's time before the others end).
     pairs = q.shape[0] * q.shape[1]
     if not wanted:
         ctas, sms = pairs * n_m, _sm_count(q)
         if ctas <= sms:
             return 0
-        if ctas_per_sm == 1:
-            wanted = 4
-        elif ctas <= 2 * ctas_per_sm * sms:
+        if ctas <= 2 * ctas_per_sm * sms:
             wanted = pairs
         elif n_m < 16:
             return 0
         else:
-            wanted = 1024 // n_m
+            wanted = 4 if ctas_per_sm == 1 else 1024 // n_m
     group = max(1, min(pairs, wanted))
     while pairs % group:
         group -= 1

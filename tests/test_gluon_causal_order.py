@@ -51,7 +51,9 @@ def test_the_hosts_group_by_grid_size_and_pair_length(shape, expected):
     ("shape", "expected"),
     [
         ((1, 2, 8192), 0),  # 128 CTAs on 132 SMs
-        ((1, 4, 8192), 4),  # 256 CTAs: one group of the four pairs
+        ((1, 4, 8192), 4),  # 256 CTAs, two waves at most: one group of the four pairs
+        ((2, 4, 4096), 8),  # 256 CTAs: one group of the eight pairs
+        ((64, 16, 1024), 0),  # 8192 CTAs of 8-row-block pairs: the plain order
         ((1, 16, 16384), 4),
         ((2, 16, 8192), 4),
         ((1, 8, 32768), 4),
@@ -59,7 +61,7 @@ def test_the_hosts_group_by_grid_size_and_pair_length(shape, expected):
         ((1, 7, 16384), 1),  # 7 pairs: groups of one
     ],
 )
-def test_the_two_warpgroup_grid_takes_four_pairs_a_group(shape, expected):
+def test_the_two_warpgroup_grid_takes_four_pairs_a_group_of_long_pairs(shape, expected):
     assert _ws_group(*shape) == expected
 
 
@@ -86,7 +88,7 @@ SHAPES = [  # (variant, batch, heads_q, heads_kv, seq, head_dim, dtype, GROUP_PA
     ("simple-overlap", 8, 32, 8, 1024, 64, torch.bfloat16, 0),  # the host's choice: 64
     ("simple-overlap", 4, 16, 16, 512, 64, torch.float16, 0),  # one group of every pair
     ("simple-overlap", 3, 4, 4, 257, 128, torch.float16, 3),  # head_dim 128
-    ("ws", 4, 8, 2, 1000, 128, torch.bfloat16, 0),  # GQA, ragged, the host's choice: 4
+    ("ws", 4, 8, 2, 1000, 128, torch.bfloat16, 0),  # GQA, ragged, the host's choice: 32
     ("ws", 3, 4, 4, 1300, 128, torch.float16, 3),  # 12 pairs in groups of 3
     ("ws", 2, 6, 6, 700, 64, torch.float16, 4),  # head_dim 64: 12 pairs in groups of 4
 ]
