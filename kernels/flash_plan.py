@@ -289,8 +289,6 @@ def gluon_config(
             "PRODUCER_REGS": 24,
             "maxnreg": 168,
         }
-        if not variant.startswith("ws-persistent"):  # the per-tile grid
-            cfg["GROUP_PAIRS"] = 0
         if variant.startswith("ws-persistent"):
             # Two pairs of Q buffers: the producer goes on to the next tile's Q and key
             # tiles without waiting for this tile's last Q·K^T.
@@ -299,6 +297,8 @@ def gluon_config(
             # cut the key tiles into equal runs instead (a row block cut in two is
             # merged through a global workspace); see gluon_flash_fwd.split_runs.
             cfg["SPLIT_KEYS"] = 0
+        else:  # the per-tile grid
+            cfg["GROUP_PAIRS"] = 0
     unknown = set(overrides) - set(cfg)
     if unknown:
         raise ValueError(f"config overrides {sorted(unknown)} unknown for variant {variant!r}")

@@ -967,6 +967,18 @@ def _causal_group(q: torch.Tensor, n_m: int, wanted: int, ctas_per_sm: int) -> i
     return group if pairs // group <= 65535 else 0
 
 
+def _tile_grid(
+    q: torch.Tensor, rows: int, causal: bool, wanted: int, ctas_per_sm: int
+) -> tuple[tuple[int, int, int], int]:
+    # A per-tile grid of ``rows``-row blocks and its group of (batch, head) pairs (the
+    # kernels' _grid_tile reads it back): (pairs of a group, row blocks, groups) when
+    # causal and grouped, else (row blocks, heads, batch).
+    batch, heads, seq_q = q.shape[0], q.shape[1], q.shape[2]
+    n_m = triton.cdiv(seq_q, rows)
+    group = _causal_group(q, n_m, wanted, ctas_per_sm) if causal else 0
+    return ((group, n_m, batch * heads // group) if group else (n_m, heads, batch)), group
+
+
 @functools.cache
 def _l2_bytes_of(index: int) -> int:
     return int(torch.cuda.get_device_properties(index).L2_cache_size)
@@ -1188,19 +1200,15 @@ def launch_choice(
             return None  # the workspace is the call's own: no plan that would reuse it
         scalars = (*scalars, *workspace)
     elif variant is not None and variant.startswith("simple"):
-        n_m = triton.cdiv(seq_q, _ROWS)
         # Four CTAs an SM: head_dim 64 with 64-key tiles, where the rule was measured.
-        group = _causal_group(q, n_m, cfg["GROUP_PAIRS"], 4) if causal else 0
-        grid = (group, n_m, heads_q * batch // group) if group else (n_m, heads_q, batch)
+        grid, group = _tile_grid(q, _ROWS, causal, cfg["GROUP_PAIRS"], 4)
         scalars = (*scalars, heads_q, group)
         constexprs = (causal, cfg["STAGES"], variant == "simple-overlap")
         kernel = _attn_fwd_simple[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs, num_warps=cfg["num_warps"]
         )
     else:
-        n_m = triton.cdiv(seq_q, 2 * _ROWS)
-        group = _causal_group(q, n_m, cfg["GROUP_PAIRS"], 1) if causal else 0
-        grid = (group, n_m, heads_q * batch // group) if group else (n_m, heads_q, batch)
+        grid, group = _tile_grid(q, 2 * _ROWS, causal, cfg["GROUP_PAIRS"], 1)
         scalars = (*scalars, heads_q, group)
         constexprs = (causal, cfg["STAGES"], variant == "ws-pingpong", cfg["CONSUMER_REGS"],
                       cfg["PRODUCER_REGS"])  # fmt: skip

@@ -65,6 +65,25 @@ def test_the_two_warpgroup_grid_takes_four_pairs_a_group_of_long_pairs(shape, ex
     assert _ws_group(*shape) == expected
 
 
+@pytest.mark.parametrize(
+    ("shape", "rows", "causal", "ctas_per_sm", "expected"),
+    [
+        ((4, 16, 1024), 64, True, 4, ((64, 16, 1), 64)),  # one group of the 64 pairs
+        ((1, 16, 16384), 128, True, 1, ((4, 128, 4), 4)),  # 4 groups of 4 pairs
+        ((4, 8, 300), 64, True, 4, ((32, 5, 1), 32)),  # ragged row blocks, one group
+        ((2, 8, 2048), 128, False, 1, ((16, 8, 2), 0)),  # non-causal: (row blocks, heads, batch)
+        ((1, 8, 512), 64, True, 4, ((8, 8, 1), 0)),  # one wave: the plain order
+    ],
+)
+def test_the_grid_covers_every_row_block_of_every_pair(shape, rows, causal, ctas_per_sm,
+                                                       expected):  # fmt: skip
+    batch, heads, seq = shape
+    q = torch.empty(batch, heads, seq, 64, dtype=torch.float16)
+    grid, group = gf._tile_grid(q, rows, causal, 0, ctas_per_sm)
+    assert (grid, group) == expected
+    assert grid[0] * grid[1] * grid[2] == batch * heads * -(-seq // rows)
+
+
 def test_a_grid_past_65535_groups_keeps_the_plain_order():
     # 65537 pairs (a prime): only groups of one divide them, too many for the grid's z.
     assert _group(65537, 1, 1, 32) == 0
