@@ -33,6 +33,13 @@ if str(TESTS) not in sys.path:
 KERNEL_SEED = int(os.environ.get("ATTN_GUARD_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
 
 
+# Tests of the Gluon Hopper kernel run on an sm_90 GPU only.
+needs_sm90 = pytest.mark.skipif(
+    not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)),
+    reason="needs an sm_90 GPU",
+)
+
+
 def pytest_report_header() -> str:
     return f"kernel test inputs: ATTN_GUARD_TEST_SEED={KERNEL_SEED}"
 

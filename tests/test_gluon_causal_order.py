@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from attention_checks import Yardstick
+from conftest import KERNEL_SEED, needs_sm90
 
 pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
 
@@ -97,10 +98,6 @@ def test_an_asked_group_is_rounded_down_to_a_divisor_of_the_pairs(wanted, expect
     assert _group(4, 12, 64, wanted) == expected  # 48 pairs
 
 
-def _sm90() -> bool:
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-
-
 SHAPES = [  # (variant, batch, heads_q, heads_kv, seq, head_dim, dtype, GROUP_PAIRS)
     ("simple-overlap", 2, 8, 2, 300, 64, torch.float16, 4),  # GQA, ragged, 4 groups
     ("simple-overlap", 4, 6, 3, 513, 64, torch.bfloat16, 5),  # 24 pairs in groups of 4
@@ -114,7 +111,7 @@ SHAPES = [  # (variant, batch, heads_q, heads_kv, seq, head_dim, dtype, GROUP_PA
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _sm90(), reason="needs an sm_90 GPU")
+@needs_sm90
 @pytest.mark.parametrize(
     ("variant", "batch", "heads_q", "heads_kv", "seq", "head_dim", "dtype", "group"),
     SHAPES,
@@ -122,7 +119,7 @@ SHAPES = [  # (variant, batch, heads_q, heads_kv, seq, head_dim, dtype, GROUP_PA
 )
 def test_gpu_grouped_causal_grid_matches_the_reference(variant, batch, heads_q, heads_kv,
                                                        seq, head_dim, dtype, group):  # fmt: skip
-    gen = torch.Generator().manual_seed(seq * 3 + group)
+    gen = torch.Generator().manual_seed(seq * 3 + group + KERNEL_SEED)
     q = torch.randn(batch, heads_q, seq, head_dim, generator=gen).to("cuda", dtype)
     k = torch.randn(batch, heads_kv, seq, head_dim, generator=gen).to("cuda", dtype)
     v = torch.randn(batch, heads_kv, seq, head_dim, generator=gen).to("cuda", dtype)
