@@ -299,6 +299,15 @@ def gluon_config(
             cfg["SPLIT_KEYS"] = 0
         else:  # the per-tile grid
             cfg["GROUP_PAIRS"] = 0
+    # 1: FlashAttention-4's lazy O rescale (a row's max moves only when it rises by more
+    # than gluon_flash_fwd.RESCALE_SLACK; a thread skips O's multiply when its rows kept
+    # theirs). H200, 8 interleaved rounds, on and off in the same rounds
+    # (docs/data/h200-2026-11-28/gluon-lazy-rescale-per-thread-1743.txt): 1-3% less time
+    # for the persistent kernel at head_dim 128, 0.5-0.7% for the per-tile grid where it
+    # is dispatched, about 1% for the one-warpgroup kernel at 64 causal; 1.2-3.9% more for
+    # the ping-pong kernel at 64 (half the O values a thread per key tile to skip, and the
+    # branch's convergence barrier), so off for the two-warpgroup kernels at 64.
+    cfg["LAZY_RESCALE"] = 0 if head_dim == 64 and not variant.startswith("simple") else 1
     unknown = set(overrides) - set(cfg)
     if unknown:
         raise ValueError(f"config overrides {sorted(unknown)} unknown for variant {variant!r}")

@@ -18,6 +18,11 @@ owns BLOCK_M = 128 query rows of one (batch, head) and runs three partitions
   the two warpgroups take turns issuing their matmuls (an mbarrier pair), so one's
   softmax runs under the other's wgmmas.
 
+``LAZY`` (the config's ``LAZY_RESCALE``): FlashAttention-4's lazy rescale. A row keeps
+its max until a tile's exceeds it by more than ``RESCALE_SLACK`` (P stays below 2^8),
+and each thread skips O's multiply by a branch when both its rows kept theirs, which
+after the first key tiles is nearly always.
+
 Masks: only the tiles that need one run the ``where`` (the causal diagonal, the
 ragged last key tile); whole tiles run unmasked. The output (divided by the row
 sums) goes back through shared memory (the warpgroup's own Q buffer) with a TMA
@@ -106,6 +111,9 @@ __all__ = ["SUPPORTED_HEAD_DIMS", "VARIANTS", "config", "flash_attention_fwd", "
 
 _ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma per matmul
 ROWS = gl.constexpr(_ROWS)
+# How far (log2 units) a row's max may rise before O and l are rescaled to it: P stays
+# below 2^8 = 256, well inside fp16/bf16 (FlashAttention-4's lazy rescale).
+RESCALE_SLACK = gl.constexpr(8.0)
 
 
 # ----------------------------------------------------------------------------------------
@@ -127,10 +135,16 @@ def _mask(qk, start_n, row0, seq_k, CAUSAL: gl.constexpr):  # type: ignore[no-un
 
 
 @gluon.jit
-def _softmax(qk, m_i, l_i, qk_scale, MASKED: gl.constexpr):  # type: ignore[no-untyped-def]
+def _softmax(qk, m_i, l_i, qk_scale, MASKED: gl.constexpr, LAZY: gl.constexpr):  # type: ignore[no-untyped-def]
     # scale > 0 (the launcher checks), so max(qk) * scale == max(qk * scale): one FMA
     # per score (qk * scale - m) before the exponential.
-    m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
+    m_max = gl.max(qk, 1) * qk_scale
+    if LAZY:
+        # A row keeps its old max unless the new one exceeds it by more than
+        # RESCALE_SLACK: alpha is then exactly 1 and _rescale skips the multiply.
+        m_new = gl.where(m_max > m_i + RESCALE_SLACK, m_max, m_i)
+    else:
+        m_new = gl.maximum(m_i, m_max)
     if MASKED:
         # A row whose keys are all masked so far keeps m = -inf; subtracting 0 instead
         # gives p = 0 and alpha = 0 rather than (-inf) - (-inf) = NaN. (With top-left
@@ -140,20 +154,63 @@ def _softmax(qk, m_i, l_i, qk_scale, MASKED: gl.constexpr):  # type: ignore[no-u
         m_sub = m_new
     p = gl.exp2(qk * qk_scale - gl.expand_dims(m_sub, 1))
     alpha = gl.exp2(m_i - m_sub)
+    if LAZY:
+        alpha = gl.where(m_new == m_i, 1.0, alpha)  # exactly 1: ex2 of 0 need not be
     l_i = l_i * alpha + gl.sum(p, 1)
     return p, m_new, l_i, alpha
 
 
+def _rescale_asm(n: int) -> str:
+    # O *= alpha over one thread's n accumulator values (tied in and out), skipped by a
+    # branch when the thread's rows kept their max: a per-thread test, no warpgroup-wide
+    # reduction. In wgmma's accumulator layout values 0 and 2 hold the thread's two rows.
+    # Operands: $0..n-1 out, $n..2n-1 in (tied to them), $2n..3n-1 alpha.
+    muls = "\n".join(f"mul.f32 ${i}, ${i}, ${2 * n + i};" for i in range(n))
+    return (
+        "{\n.reg .pred keep;\n"
+        f"setp.eq.f32 keep, ${2 * n}, 0f3F800000;\n"
+        f"setp.eq.and.f32 keep, ${2 * n + 2}, 0f3F800000, keep;\n"
+        f"@keep bra SKIP;\n{muls}\nSKIP:\n}}"
+    )
+
+
+_RESCALE_PACK = 32  # O values a branch covers: all of a thread's at head_dim 64, half at 128
+RESCALE_PACK = gl.constexpr(_RESCALE_PACK)
+RESCALE_ASM = gl.constexpr(_rescale_asm(_RESCALE_PACK))
+RESCALE_CONSTRAINTS = gl.constexpr(
+    ",".join(
+        ["=f"] * _RESCALE_PACK + [str(i) for i in range(_RESCALE_PACK)] + ["f"] * _RESCALE_PACK
+    )
+)
+
+
+@gluon.jit
+def _rescale(acc, alpha, o_layout: gl.constexpr, LAZY: gl.constexpr):  # type: ignore[no-untyped-def]
+    a = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    if LAZY:
+        acc = gl.inline_asm_elementwise(
+            RESCALE_ASM,
+            RESCALE_CONSTRAINTS,
+            [acc, a],
+            dtype=gl.float32,
+            is_pure=True,
+            pack=RESCALE_PACK,
+        )
+    else:
+        acc = acc * a
+    return acc
+
+
 @gluon.jit
 def _tile_softmax(qk, start_n, masked, row0, seq_k, m_i, l_i, qk_scale,  # type: ignore[no-untyped-def]
-                  CAUSAL: gl.constexpr):  # fmt: skip
+                  CAUSAL: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
     # One key tile's online softmax; the mask only on tiles that need one (the causal
     # diagonal, a ragged last tile).
     if masked:
         qk = _mask(qk, start_n, row0, seq_k, CAUSAL)
-        p, m_new, l_new, alpha = _softmax(qk, m_i, l_i, qk_scale, True)
+        p, m_new, l_new, alpha = _softmax(qk, m_i, l_i, qk_scale, True, LAZY)
     else:
-        p, m_new, l_new, alpha = _softmax(qk, m_i, l_i, qk_scale, False)
+        p, m_new, l_new, alpha = _softmax(qk, m_i, l_i, qk_scale, False, LAZY)
     return p, m_new, l_new, alpha
 
 
@@ -242,7 +299,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0
 @gluon.jit
 def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_full, it0, g0,  # type: ignore[no-untyped-def]
                    WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                   PINGPONG: gl.constexpr, kb0=0):  # fmt: skip
+                   PINGPONG: gl.constexpr, LAZY: gl.constexpr, kb0=0):  # fmt: skip
     # One row block's key tiles through the ring, from ring position it0 (a persistent
     # CTA's earlier tiles used positions 0..it0-1): every Q·K^T and all but the last
     # P·V; key tiles kb0.. of the row (kb0 > 0: the second part of a row block split
@@ -272,7 +329,7 @@ def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_fu
     m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, qk_layout))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, qk_layout))
     p, m_i, l_i, alpha = _tile_softmax(qk, kb0 * BLOCK_N, kb0 >= n_full, row0, seq_k, m_i,
-                                       l_i, qk_scale, CAUSAL)  # fmt: skip
+                                       l_i, qk_scale, CAUSAL, LAZY)  # fmt: skip
     p16 = gl.convert_layout(p.to(dtype), p_layout)
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
@@ -295,10 +352,10 @@ def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_fu
         qk = warpgroup_mma_wait(1, deps=(qk,))
         mbarrier.arrive(k_empty.index(s))
         p, m_new, l_i, alpha = _tile_softmax(qk, (kb0 + j) * BLOCK_N, kb0 + j >= n_full, row0,
-                                             seq_k, m_i, l_i, qk_scale, CAUSAL)  # fmt: skip
+                                             seq_k, m_i, l_i, qk_scale, CAUSAL, LAZY)  # fmt: skip
         acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
         mbarrier.arrive(v_empty.index(sp))
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        acc = _rescale(acc, alpha, o_layout, LAZY)
         p16 = gl.convert_layout(p.to(dtype), p_layout)
         m_i = m_new
     return acc, p16, m_i, l_i
@@ -322,7 +379,7 @@ def _last_pv(acc, p16, v_smem, bars, it_last, STAGES: gl.constexpr):  # type: ig
 @gluon.jit
 def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n_tiles,  # type: ignore[no-untyped-def]
               WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-              PINGPONG: gl.constexpr):  # fmt: skip
+              PINGPONG: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
     HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
@@ -333,7 +390,7 @@ def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n
     mbarrier.wait(bars[0], 0)
     q = q_smem.index(WG).reshape([ROWS, HEAD_DIM])
     acc, p16, _, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles,
-                                      n_full, 0, 0, WG, CAUSAL, STAGES, PINGPONG)  # fmt: skip
+                                      n_full, 0, 0, WG, CAUSAL, STAGES, PINGPONG, LAZY)  # fmt: skip
     acc = _last_pv(acc, p16, v_smem, bars, n_tiles - 1, STAGES)
     # This warpgroup's Q buffer is free (its last Q·K^T retired): stage O there.
     _store_out(acc, l_i, q_smem.index(WG), o_desc, b, h, row0, o_layout)
@@ -403,7 +460,8 @@ def _sched_barriers():  # type: ignore[no-untyped-def]
 @gluon.jit
 def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, heads, group,  # type: ignore[no-untyped-def]
                  CAUSAL: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-                 CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):  # fmt: skip
+                 CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr,
+                 LAZY: gl.constexpr):  # fmt: skip
     BLOCK_M: gl.constexpr = 2 * ROWS
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     pid_m, h, b = _grid_tile(heads, group, CAUSAL)
@@ -422,9 +480,9 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, head
     gl.warp_specialize(
         [
             (_consumer, (q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0,
-                         n_tiles, 0, CAUSAL, STAGES, PINGPONG)),
+                         n_tiles, 0, CAUSAL, STAGES, PINGPONG, LAZY)),
             (_consumer, (q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0,
-                         n_tiles, 1, CAUSAL, STAGES, PINGPONG)),
+                         n_tiles, 1, CAUSAL, STAGES, PINGPONG, LAZY)),
             (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0,
                          n_tiles, STAGES)),
         ],
@@ -590,7 +648,7 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
 def _consume_piece(q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_k, tiling, i,  # type: ignore[no-untyped-def]
                    t, kb0, kb1, it, WG: gl.constexpr, CAUSAL: gl.constexpr,
                    STAGES: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                   WHOLE: gl.constexpr):  # fmt: skip
+                   WHOLE: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
     # The i-th row block (t) of this CTA from ring position it: WHOLE, all its key tiles
     # (kb0 = 0, kb1 unused), else key tiles [kb0, kb1) of a run. Returns O
     # (unnormalized), m and l of this warpgroup's rows, where they go, and the count of
@@ -609,9 +667,10 @@ def _consume_piece(q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_
     mbarrier.wait(bars[0].index(qb), (i // Q_BUFFERS) & 1)
     q = q_smem.index(2 * qb + WG).reshape([ROWS, HEAD_DIM])
     # Scheduler turns so far: n_tiles - 1 per earlier tile, i.e. it - i.
+    n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
     acc, p16, m_i, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
-                                        n_tiles, _n_full(row0, seq_k, BLOCK_N, CAUSAL), it,
-                                        it - i, WG, CAUSAL, STAGES, PINGPONG, kb0)  # fmt: skip
+                                        n_tiles, n_full, it, it - i, WG, CAUSAL, STAGES,
+                                        PINGPONG, LAZY, kb0)  # fmt: skip
     # Every Q·K^T of this tile retired: the producer may load a later tile's Q into this
     # buffer while this warpgroup finishes P·V and stores O.
     mbarrier.arrive(q_empty.index(qb))
@@ -664,12 +723,12 @@ def _finish_piece(acc, m_i, l_i, workspace, pending, kb0, kb1, n_kb, o_smem, o_d
 def _consume_block(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale, seq_k,  # type: ignore[no-untyped-def]
                    tiling, i, t, it, WG: gl.constexpr, CAUSAL: gl.constexpr,
                    STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-                   Q_BUFFERS: gl.constexpr):  # fmt: skip
+                   Q_BUFFERS: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
     # The i-th row block (t) of this CTA, whole. Returns the ring position after it.
     acc, _, l_i, b, h, row0, n_tiles = _consume_piece(q_smem, k_smem, v_smem, bars, q_empty,
                                                       o_desc, qk_scale, seq_k, tiling, i, t, 0,
                                                       0, it, WG, CAUSAL, STAGES, PINGPONG,
-                                                      Q_BUFFERS, True)  # fmt: skip
+                                                      Q_BUFFERS, True, LAZY)  # fmt: skip
     _store_own(acc, l_i, o_smem, o_desc, b, h, row0)
     return it + n_tiles
 
@@ -679,7 +738,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
                          seq_k, n_m, heads, batch, group, part_ptr, stat_ptr, flag_ptr,
                          WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                          PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                         SPLIT: gl.constexpr):  # fmt: skip
+                         SPLIT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
     BLOCK_N: gl.constexpr = k_smem.shape[3]
     n_kb = gl.cdiv(seq_k, BLOCK_N)
     tiling = (n_m, heads, batch, group)
@@ -696,7 +755,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
     for i in range(n_dp):
         it = _consume_block(q_smem, k_smem, v_smem, o_buf, bars, q_empty, o_desc, qk_scale,
                             seq_k, tiling, i, gl.program_id(0) + i * gl.num_programs(0), it,
-                            WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS)  # fmt: skip
+                            WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY)  # fmt: skip
     if SPLIT:
         # The run's pieces last first: the part this run parks is parked early.
         pending = -1
@@ -706,7 +765,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
             acc, m_i, l_i, b, h, row0, n_tiles = _consume_piece(
                 q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_k, tiling,
                 n_dp + j, first + r, kb0, kb1, it, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS,
-                False)  # fmt: skip
+                False, LAZY)  # fmt: skip
             it += n_tiles
             pending = _finish_piece(acc, m_i, l_i, workspace, pending, kb0, kb1, n_kb, o_buf,
                                     o_desc, b, h, row0, WG)  # fmt: skip
@@ -720,7 +779,7 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
                             CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                             PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                             PRODUCER_REGS: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                            SPLIT: gl.constexpr):  # fmt: skip
+                            SPLIT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
     # One CTA per SM, output tiles dealt round-robin (heaviest first when causal).
     # Q_BUFFERS pairs of Q buffers (one per consumer warpgroup), each with its barriers.
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape,
@@ -741,11 +800,11 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
             (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
                                     qk_scale, seq_k, n_m, heads, batch, group, part_ptr,
                                     stat_ptr, flag_ptr, 0, CAUSAL, STAGES, PINGPONG,
-                                    Q_BUFFERS, SPLIT)),
+                                    Q_BUFFERS, SPLIT, LAZY)),
             (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
                                     qk_scale, seq_k, n_m, heads, batch, group, part_ptr,
                                     stat_ptr, flag_ptr, 1, CAUSAL, STAGES, PINGPONG,
-                                    Q_BUFFERS, SPLIT)),
+                                    Q_BUFFERS, SPLIT, LAZY)),
             (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
                                     q_empty, seq_k, kv_group, n_m, heads, batch, group,
                                     CAUSAL, STAGES, Q_BUFFERS, SPLIT)),
@@ -775,7 +834,8 @@ def _refill(k_desc, v_desc, k_smem, v_smem, ready, b, hk, tile, n_tiles, s):  # 
 
 @gluon.jit
 def _simple_serial(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b, hk, row0,  # type: ignore[no-untyped-def]
-                   n_tiles, n_full, CAUSAL: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+                   n_tiles, n_full, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                   LAZY: gl.constexpr):  # fmt: skip
     # Q·K_j^T, softmax, P_j·V_j, one after the other.
     HEAD_DIM: gl.constexpr = q.shape[1]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
@@ -798,8 +858,8 @@ def _simple_serial(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b,
         qk = warpgroup_mma(q, k_t, zero_qk, use_acc=False, is_async=True)
         qk = warpgroup_mma_wait(0, deps=(qk,))
         p, m_i, l_i, alpha = _tile_softmax(qk, j * BLOCK_N, j >= n_full, row0, seq_k, m_i,
-                                           l_i, qk_scale, CAUSAL)  # fmt: skip
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+                                           l_i, qk_scale, CAUSAL, LAZY)  # fmt: skip
+        acc = _rescale(acc, alpha, o_layout, LAZY)
         p16 = gl.convert_layout(p.to(dtype), p_layout)
         acc = warpgroup_mma(p16, v_smem.index(s).reshape([BLOCK_N, HEAD_DIM]), acc,
                             is_async=True)  # fmt: skip
@@ -812,7 +872,8 @@ def _simple_serial(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b,
 @gluon.jit
 def _simple_overlapped(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b, hk,  # type: ignore[no-untyped-def]
                        row0, n_tiles, n_full,
-                       CAUSAL: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+                       CAUSAL: gl.constexpr, STAGES: gl.constexpr,
+                       LAZY: gl.constexpr):  # fmt: skip
     # FA3's intra-warpgroup overlap with one warpgroup: Q·K_j^T and P_{j-1}·V_{j-1} are
     # issued together; the softmax of tile j runs while P_{j-1}·V_{j-1} is still on
     # the tensor cores (as _consumer does, with the ring refilled here).
@@ -835,7 +896,7 @@ def _simple_overlapped(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k
     m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, qk_layout))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, qk_layout))
     p, m_i, l_i, alpha = _tile_softmax(qk, 0, n_full == 0, row0, seq_k, m_i, l_i, qk_scale,
-                                       CAUSAL)  # fmt: skip
+                                       CAUSAL, LAZY)  # fmt: skip
     p16 = gl.convert_layout(p.to(dtype), p_layout)
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
 
@@ -850,11 +911,11 @@ def _simple_overlapped(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k
         # wgmma groups retire in order: one outstanding = Q·K_j^T done, P·V in flight.
         qk = warpgroup_mma_wait(1, deps=(qk,))
         p, m_new, l_i, alpha = _tile_softmax(qk, j * BLOCK_N, j >= n_full, row0, seq_k, m_i,
-                                             l_i, qk_scale, CAUSAL)  # fmt: skip
+                                             l_i, qk_scale, CAUSAL, LAZY)  # fmt: skip
         acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
         # Slot sp's K (Q·K_{j-1}^T) and V (P_{j-1}·V_{j-1}) reads have retired.
         _refill(k_desc, v_desc, k_smem, v_smem, ready, b, hk, j - 1 + STAGES, n_tiles, sp)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        acc = _rescale(acc, alpha, o_layout, LAZY)
         p16 = gl.convert_layout(p.to(dtype), p_layout)
         m_i = m_new
 
@@ -868,7 +929,7 @@ def _simple_overlapped(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k
 @gluon.jit
 def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, heads, group,  # type: ignore[no-untyped-def]
                      CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                     OVERLAP: gl.constexpr):  # fmt: skip
+                     OVERLAP: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
     HEAD_DIM: gl.constexpr = q_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     dtype: gl.constexpr = q_desc.dtype
@@ -899,12 +960,12 @@ def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, 
     if OVERLAP:
         acc, l_i = _simple_overlapped(
             q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b, hk, row0, n_tiles,
-            n_full, CAUSAL, STAGES,
+            n_full, CAUSAL, STAGES, LAZY,
         )  # fmt: skip
     else:
         acc, l_i = _simple_serial(
             q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b, hk, row0, n_tiles,
-            n_full, CAUSAL, STAGES,
+            n_full, CAUSAL, STAGES, LAZY,
         )  # fmt: skip
     _store_out(acc, l_i, q_smem, o_desc, b, h, row0, o_layout)
 
@@ -1191,7 +1252,7 @@ def launch_choice(
         workspace = _workspace(q, ctas) if split else (None, None, None)
         constexprs: Scalars = (causal, cfg["STAGES"], variant == "ws-persistent-pingpong",
                                cfg["CONSUMER_REGS"], cfg["PRODUCER_REGS"],
-                               cfg["Q_BUFFERS"], split)  # fmt: skip
+                               cfg["Q_BUFFERS"], split, bool(cfg["LAZY_RESCALE"]))  # fmt: skip
         kernel = _attn_fwd_ws_persistent[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *workspace, *constexprs,
             num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"],
@@ -1203,7 +1264,8 @@ def launch_choice(
         # Four CTAs an SM: head_dim 64 with 64-key tiles, where the rule was measured.
         grid, group = _tile_grid(q, _ROWS, causal, cfg["GROUP_PAIRS"], 4)
         scalars = (*scalars, heads_q, group)
-        constexprs = (causal, cfg["STAGES"], variant == "simple-overlap")
+        constexprs = (causal, cfg["STAGES"], variant == "simple-overlap",
+                      bool(cfg["LAZY_RESCALE"]))  # fmt: skip
         kernel = _attn_fwd_simple[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs, num_warps=cfg["num_warps"]
         )
@@ -1211,7 +1273,7 @@ def launch_choice(
         grid, group = _tile_grid(q, 2 * _ROWS, causal, cfg["GROUP_PAIRS"], 1)
         scalars = (*scalars, heads_q, group)
         constexprs = (causal, cfg["STAGES"], variant == "ws-pingpong", cfg["CONSUMER_REGS"],
-                      cfg["PRODUCER_REGS"])  # fmt: skip
+                      cfg["PRODUCER_REGS"], bool(cfg["LAZY_RESCALE"]))  # fmt: skip
         kernel = _attn_fwd_ws[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *constexprs,
             num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"],

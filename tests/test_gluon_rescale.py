@@ -1,0 +1,121 @@
+"""The Gluon kernels' lazy O rescale (``LAZY_RESCALE``): a row's max moves only when it
+rises by more than ``RESCALE_SLACK`` (log2 units), and a thread skips O's multiply by a
+branch when its rows kept theirs. The branch's inline PTX on the host; on an sm_90 GPU,
+every variant with it on and off against a float32 reference, on inputs whose row maxima
+rise far past the slack on some rows and not on others."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+from attention_checks import Yardstick
+from conftest import KERNEL_SEED, needs_sm90
+
+pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+
+from kernels import flash_plan
+from kernels import gluon_flash_fwd as gf
+
+
+def test_the_branch_multiplies_each_tied_value_by_its_own_alpha():
+    n = 4
+    asm = gf._rescale_asm(n)
+    # $0..3 out (tied to $4..7 in), $8..11 alpha: value i times alpha i.
+    assert re.findall(r"mul\.f32 \$(\d+), \$(\d+), \$(\d+);", asm) == [
+        (str(i), str(i), str(2 * n + i)) for i in range(n)
+    ]
+    # The skip tests the thread's two rows (values 0 and 2 of wgmma's accumulator layout)
+    # for alpha == 1.0 and jumps past every multiply; a plain (divergent) branch.
+    assert re.findall(r"setp\.eq(?:\.and)?\.f32 keep, \$(\d+), 0f3F800000", asm) == ["8", "10"]
+    assert "@keep bra SKIP;" in asm and asm.index("SKIP:") > asm.rindex("mul.f32")
+    constraints = gf.RESCALE_CONSTRAINTS.value.split(",")
+    pack = gf.RESCALE_PACK.value
+    assert constraints == ["=f"] * pack + [str(i) for i in range(pack)] + ["f"] * pack
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "variant", "lazy"),
+    [
+        (128, "ws-persistent", 1),
+        (128, "ws", 1),
+        (64, "simple-overlap", 1),
+        (64, "simple", 1),
+        (64, "ws-persistent-pingpong", 0),  # measured slower with it
+        (64, "ws", 0),
+    ],
+)
+def test_the_config_turns_it_on_where_it_was_measured_faster(head_dim, variant, lazy):
+    assert flash_plan.gluon_config(head_dim, False, variant)["LAZY_RESCALE"] == lazy
+    assert (
+        flash_plan.gluon_config(head_dim, False, variant, LAZY_RESCALE=1 - lazy)["LAZY_RESCALE"]
+        == 1 - lazy
+    )
+
+
+def _rising_inputs(batch, heads_q, heads_kv, seq, head_dim, dtype, seed):
+    # Keys scaled up along the sequence: a row's scores grow from tile to tile by a
+    # factor its own query sets, so some rows' maxima rise by many log2 units and
+    # others' hardly move.
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads_q, seq, head_dim, generator=gen)
+    q *= torch.rand(batch, heads_q, seq, 1, generator=gen) * 3
+    k = torch.randn(batch, heads_kv, seq, head_dim, generator=gen)
+    k *= torch.linspace(0.3, 3.0, seq).view(1, 1, seq, 1)
+    v = torch.randn(batch, heads_kv, seq, head_dim, generator=gen)
+    return q.to("cuda", dtype), k.to("cuda", dtype), v.to("cuda", dtype)
+
+
+def _rows_rising_past_the_slack(q, k, block_n: int, causal: bool) -> tuple[int, int]:
+    # (rows whose running max, in log2 units, rises by more than the slack after their
+    # first key tile, rows whose does not), from the float32 scores.
+    group = q.shape[1] // k.shape[1]
+    kk = k.float().repeat_interleave(group, dim=1)
+    s = q.float() @ kk.transpose(-1, -2) * (q.shape[-1] ** -0.5) * math.log2(math.e)
+    if causal:
+        seq_q, seq_k = s.shape[-2:]
+        s = s.masked_fill(torch.ones(seq_q, seq_k, dtype=torch.bool, device=s.device)
+                          .triu(1), float("-inf"))  # fmt: skip
+    tiles = s.split(block_n, dim=-1)
+    first = tiles[0].amax(-1)
+    overall = s.amax(-1)
+    rising = (overall - first > gf.RESCALE_SLACK.value) & torch.isfinite(first)
+    return int(rising.sum()), int((~rising).sum())
+
+
+CASES = [  # (variant, overrides, batch, heads_q, heads_kv, seq, head_dim, causal, dtype)
+    ("simple-overlap", {"BLOCK_N": 64}, 2, 4, 2, 700, 64, True, torch.bfloat16),
+    ("simple-overlap", {}, 1, 4, 4, 1000, 64, False, torch.float16),
+    ("simple", {}, 1, 4, 4, 1000, 64, False, torch.bfloat16),
+    ("ws-persistent", {"SPLIT_KEYS": 1}, 2, 70, 70, 1000, 128, False, torch.float16),
+    ("ws-persistent", {}, 1, 8, 2, 1500, 128, True, torch.bfloat16),
+    ("ws", {}, 2, 4, 4, 1300, 128, True, torch.float16),
+    ("ws-persistent-pingpong", {}, 2, 8, 8, 1100, 64, False, torch.bfloat16),
+]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize("lazy", [1, 0])
+@pytest.mark.parametrize(
+    ("variant", "overrides", "batch", "heads_q", "heads_kv", "seq", "head_dim", "causal",
+     "dtype"),
+    CASES,
+    ids=[f"{c[0]}-{c[2]}x{c[3]}x{c[4]}x{c[5]}x{c[6]}-{'causal' if c[7] else 'full'}"
+         for c in CASES],
+)  # fmt: skip
+def test_gpu_rising_maxima_match_the_reference(variant, overrides, batch, heads_q, heads_kv,
+                                               seq, head_dim, causal, dtype, lazy):  # fmt: skip
+    q, k, v = _rising_inputs(batch, heads_q, heads_kv, seq, head_dim, dtype,
+                             seed=seq + head_dim + lazy + KERNEL_SEED)  # fmt: skip
+    cfg = flash_plan.gluon_config(head_dim, causal, variant, **overrides)
+    rising, still = _rows_rising_past_the_slack(q, k, cfg["BLOCK_N"], causal)
+    assert rising > 0 and still > 0, (rising, still)
+    out = torch.full_like(q, float("nan"))
+    gf.flash_attention_fwd(q, k, v, causal=causal, out=out, variant=variant,
+                           LAZY_RESCALE=lazy, **overrides)  # fmt: skip
+    yardstick = Yardstick.of(q, k, v, causal=causal)
+    yardstick.assert_rel(out)
+    yardstick.assert_max(out)
