@@ -140,6 +140,19 @@ HD128_CAUSAL = [
     (1, 32, 32, 16384, 16384, 128, True, "bfloat16"),
     (1, 8, 8, 32768, 32768, 128, True, "float16"),
 ]
+# Head_dim 128 causal below 8192^2, from one wave of 128-row CTAs to several: where the
+# per-tile grid and the persistent kernel trade places.
+HD128_CAUSAL_SHORT = [
+    (1, 8, 8, 2048, 2048, 128, True, "float16"),
+    (2, 8, 8, 2048, 2048, 128, True, "float16"),
+    (4, 8, 8, 2048, 2048, 128, True, "bfloat16"),
+    (1, 16, 16, 4096, 4096, 128, True, "float16"),
+    (4, 16, 16, 2048, 2048, 128, True, "float16"),
+    (1, 32, 8, 4096, 4096, 128, True, "bfloat16"),
+    (2, 16, 16, 4096, 4096, 128, True, "float16"),
+    (8, 16, 16, 2048, 2048, 128, True, "bfloat16"),
+    (4, 32, 32, 4096, 4096, 128, True, "float16"),
+]
 SHAPE_SETS = {
     "table": TABLE,
     "goals": GOALS,
@@ -148,6 +161,7 @@ SHAPE_SETS = {
     "cuts": CUTS,
     "hd64-causal": HD64_CAUSAL,
     "hd128-causal": HD128_CAUSAL,
+    "hd128-causal-short": HD128_CAUSAL_SHORT,
 }
 SHAPES_ENV = "BENCH_GLUON_SHAPES"  # the workers (subprocesses) read the set from here
 TIMES = SHAPE_SETS[os.environ.get(SHAPES_ENV, "table")]
@@ -650,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
         " head_dim 64 non-causal at 128 to 1024 row-block tiles (hd64-tiles), or the"
         " non-causal shapes where runs of key tiles cut row blocks (cuts), or head_dim 64"
         " causal from one wave of CTAs to many (hd64-causal), or head_dim 128 causal from"
-        " 8192^2 (hd128-causal)",
+        " 8192^2 (hd128-causal) or below it (hd128-causal-short)",
     )
     args = parser.parse_args(argv)
     if args.shapes:
