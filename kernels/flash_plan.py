@@ -304,9 +304,13 @@ def gluon_config(
     # theirs). H200, 8 interleaved rounds, on and off in the same rounds
     # (docs/data/h200-2026-11-28/gluon-lazy-rescale-per-thread-1743.txt): 1-3% less time
     # for the persistent kernel at head_dim 128, 0.5-0.7% for the per-tile grid where it
-    # is dispatched, about 1% for the one-warpgroup kernel at 64 causal; 1.2-3.9% more for
-    # the ping-pong kernel at 64 (half the O values a thread per key tile to skip, and the
-    # branch's convergence barrier), so off for the two-warpgroup kernels at 64.
+    # is dispatched, about 1% for the one-warpgroup kernel at 64 causal. The ping-pong
+    # persistent kernel at 64 (the only two-warpgroup kernel dispatched there) took
+    # 1.2-3.9% more: per key tile a thread there skips 32 multiplies for 64 exponentials
+    # (64 for 64 at head_dim 128), and the branch's convergence barrier costs more. So
+    # off for the two-warpgroup kernels at 64. The one-warpgroup kernel non-causal was
+    # not timed apart; the PR check found its cases unchanged or inconclusive (0.994x to
+    # 1.011x; gluon-lazy-rescale-pr-check-1753.txt).
     cfg["LAZY_RESCALE"] = 0 if head_dim == 64 and not variant.startswith("simple") else 1
     unknown = set(overrides) - set(cfg)
     if unknown:

@@ -19,7 +19,7 @@ owns BLOCK_M = 128 query rows of one (batch, head) and runs three partitions
   softmax runs under the other's wgmmas.
 
 ``LAZY`` (the config's ``LAZY_RESCALE``): FlashAttention-4's lazy rescale. A row keeps
-its max until a tile's exceeds it by more than ``RESCALE_SLACK`` (P stays below 2^8),
+its max until a tile's exceeds it by more than ``RESCALE_SLACK`` (P stays at most 2^8),
 and each thread skips O's multiply by a branch when both its rows kept theirs, which
 after the first key tiles is nearly always.
 
@@ -112,7 +112,7 @@ __all__ = ["SUPPORTED_HEAD_DIMS", "VARIANTS", "config", "flash_attention_fwd", "
 _ROWS = 64  # query rows per consumer warpgroup: one m64 wgmma per matmul
 ROWS = gl.constexpr(_ROWS)
 # How far (log2 units) a row's max may rise before O and l are rescaled to it: P stays
-# below 2^8 = 256, well inside fp16/bf16 (FlashAttention-4's lazy rescale).
+# at most 2^8 = 256, well inside fp16/bf16 (FlashAttention-4's lazy rescale).
 RESCALE_SLACK = gl.constexpr(8.0)
 
 
@@ -147,8 +147,9 @@ def _softmax(qk, m_i, l_i, qk_scale, MASKED: gl.constexpr, LAZY: gl.constexpr): 
         m_new = gl.maximum(m_i, m_max)
     if MASKED:
         # A row whose keys are all masked so far keeps m = -inf; subtracting 0 instead
-        # gives p = 0 and alpha = 0 rather than (-inf) - (-inf) = NaN. (With top-left
-        # causal alignment key 0 is visible to every row, so this is only a guard.)
+        # gives p = 0 and alpha = 0 (1 when LAZY: O and l are still 0) rather than
+        # (-inf) - (-inf) = NaN. (With top-left causal alignment key 0 is visible to
+        # every row, so this is only a guard.)
         m_sub = gl.where(m_new == float("-inf"), 0.0, m_new)
     else:
         m_sub = m_new
