@@ -28,6 +28,24 @@ def _expand_kv(q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
     return kv.repeat_interleave(hq // hkv, dim=1)
 
 
+def attention_scores(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Q K^T * scale computed in ``dtype``, keys a query may not see at -inf."""
+    qf, kf = q.to(dtype), k.to(dtype)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = torch.matmul(qf, _expand_kv(qf, kf).transpose(-2, -1)) * scale
+    if causal:
+        mask = _causal_mask(q.shape[-2], k.shape[-2], q.device)
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return scores
+
+
 def attention_reference(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -38,16 +56,10 @@ def attention_reference(
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
     """softmax(Q K^T * scale) V computed in ``dtype``; fully masked rows give zeros."""
-    qf, kf, vf = (t.to(dtype) for t in (q, k, v))
-    kf, vf = _expand_kv(qf, kf), _expand_kv(qf, vf)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = torch.matmul(qf, kf.transpose(-2, -1)) * scale
-    if causal:
-        mask = _causal_mask(q.shape[-2], k.shape[-2], q.device)
-        scores = scores.masked_fill(~mask, float("-inf"))
+    scores = attention_scores(q, k, causal=causal, scale=scale, dtype=dtype)
     probs = torch.softmax(scores, dim=-1)
     probs = torch.nan_to_num(probs, nan=0.0)  # rows with every key masked
-    return torch.matmul(probs, vf)
+    return torch.matmul(probs, _expand_kv(q, v.to(dtype)))
 
 
 def attention(

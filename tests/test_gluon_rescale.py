@@ -19,6 +19,7 @@ pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
 
 from kernels import flash_plan
 from kernels import gluon_flash_fwd as gf
+from kernels.reference import attention_scores
 
 
 def test_the_branch_multiplies_each_tied_value_by_its_own_alpha():
@@ -96,13 +97,7 @@ def _split_row_pairs(q, k, block_n: int, causal: bool) -> int:
     # Key tiles (after each row's first) at which a thread's two rows (r and r + 8 of
     # each 16) disagree, one's max rising past the slack and the other's not: the lazy
     # rule replayed on the float32 scores, in log2 units, from key tile 0.
-    group = q.shape[1] // k.shape[1]
-    kk = k.float().repeat_interleave(group, dim=1)
-    s = q.float() @ kk.transpose(-1, -2) * (q.shape[-1] ** -0.5) * math.log2(math.e)
-    if causal:
-        seq_q, seq_k = s.shape[-2:]
-        s = s.masked_fill(torch.ones(seq_q, seq_k, dtype=torch.bool, device=s.device)
-                          .triu(1), float("-inf"))  # fmt: skip
+    s = attention_scores(q, k, causal=causal) * math.log2(math.e)
     m = torch.full(s.shape[:-1], float("-inf"), device=s.device)
     moved = []
     for tile in s.split(block_n, dim=-1):
