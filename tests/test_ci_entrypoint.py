@@ -282,7 +282,13 @@ def test_an_unrelated_change_passes(repo: Repo, tmp_path: Path) -> None:
     assert r.outputs["verdict"] == "pass" and r.outcome["verdict"] == "pass"
     assert r.outcome["tested_commit"] == repo.prs["same"]
     assert r.outcome["judge_commit"] == repo.base
-    assert _case(r, DEMO_CASE)["verdict"] in ("unchanged", "identical")
+    # On the CPU the demo kernel is timed (only GPU fingerprints make a case identical),
+    # so noise decides between unchanged, inconclusive and, rarely, improvement (seen
+    # once in CI: the same code's interval below 0.95); what an unrelated change must
+    # never get is a failing case.
+    case = _case(r, DEMO_CASE)
+    assert case["verdict"] in ("unchanged", "identical", "inconclusive", "improvement")
+    assert not case["fails"], _why(r)
     # Where the wall time went: measuring against the rest (what sharding cannot divide).
     [wall] = [ln for ln in r.stderr.splitlines() if ln.startswith("[perf-guard] wall ")]
     total, measured, rest = (float(x) for x in re.findall(r"(\d+) s", wall))
