@@ -67,8 +67,9 @@ SUBSTITUTIONS = [
      "        gl.store(tr, _now())\n"
      "        gl.store(tr + 2, _smid().to(gl.int64))\n"
      "    it = 0\n    # Whole row blocks in one loop"),
-    ("                            WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY)  # fmt: skip\n",
-     "                            WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY)  # fmt: skip\n"
+    ("                            it, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY)"
+     "  # fmt: skip\n",
+     "                            it, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY)  # fmt: skip\n"
      "        if WG == 0:\n"
      "            gl.store(tr + 8 + 2 * i, _now())\n"
      "            gl.store(tr + 9 + 2 * i, (n_kb + 0 * i).to(gl.int64))\n"

@@ -297,6 +297,10 @@ def gluon_config(
             # cut the key tiles into equal runs instead (a row block cut in two is
             # merged through a global workspace); see gluon_flash_fwd.split_runs.
             cfg["SPLIT_KEYS"] = 0
+            # Causal, from one round of row blocks to this many rounds: deal units of a
+            # heavy and a light row block instead of row blocks heaviest first
+            # (gluon_flash_fwd.paired_deal); 0: never.
+            cfg["PAIRED_ROUNDS"] = 8
         else:  # the per-tile grid
             cfg["GROUP_PAIRS"] = 0
     # 1: FlashAttention-4's lazy O rescale (a row's max moves only when it rises by more

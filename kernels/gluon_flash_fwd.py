@@ -537,9 +537,52 @@ def _runs(n_m, heads, batch, n_kb):  # type: ignore[no-untyped-def]
 
 
 @gluon.jit
-def _dealt(n_m, heads, batch):  # type: ignore[no-untyped-def]
-    # Without SPLIT: every row block dealt round-robin (this CTA's count).
-    return gl.cdiv(n_m * heads * batch - gl.program_id(0), gl.num_programs(0))
+def _dealt(n_m, heads, batch, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):  # type: ignore[no-untyped-def]
+    # Without SPLIT: this CTA's count of whole row blocks, dealt round-robin, or causal
+    # and PAIRED in units of two (_paired_units).
+    ctas = gl.num_programs(0)
+    p = gl.program_id(0)
+    if CAUSAL and PAIRED:
+        doubles, units = _paired_units(n_m, heads, batch)
+        count = (doubles - p + ctas - 1) // ctas + (units - p + ctas - 1) // ctas
+    else:
+        count = gl.cdiv(n_m * heads * batch - p, ctas)
+    return count
+
+
+@gluon.jit
+def _paired_units(n_m, heads, batch):  # type: ignore[no-untyped-def]
+    # Causal PAIRED (the host's paired_deal): each (batch, head) pair's row blocks j and
+    # n_m - 1 - j make one unit of two (key tiles about n_m + 1 together), and with n_m
+    # odd the middle row block a unit of one; units of two first, pair by pair, then
+    # the units of one. Units of equal work dealt round-robin leave no CTA more than
+    # one unit behind another, where row blocks dealt heaviest first put CTA 0 on the
+    # heaviest of every round. Consecutive units share a pair, so the CTAs working at
+    # one time share a few heads' K/V in L2. Returns (units of two, all units).
+    doubles = heads * batch * (n_m // 2)
+    return doubles, doubles + heads * batch * (n_m % 2)
+
+
+@gluon.jit
+def _block_of(i, n_m, heads, batch, group, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):  # type: ignore[no-untyped-def]
+    # This CTA's i-th whole row block (of _dealt's count) -> (row block, head, batch).
+    ctas = gl.num_programs(0)
+    p = gl.program_id(0)
+    if CAUSAL and PAIRED:
+        half = n_m // 2
+        doubles, _ = _paired_units(n_m, heads, batch)
+        pairs_here = (doubles - p + ctas - 1) // ctas  # this CTA's units of two
+        if i < 2 * pairs_here:
+            u = p + (i // 2) * ctas
+            j = u % gl.maximum(half, 1)
+            pid_m = gl.where(i % 2 == 0, n_m - 1 - j, j)  # the heavier first
+            bh = u // gl.maximum(half, 1)
+        else:
+            pid_m = half
+            bh = p + (i - pairs_here) * ctas - doubles
+        return pid_m, bh % heads, bh // heads
+    else:
+        return _tile_of(p + i * ctas, n_m, heads, batch, group, CAUSAL)
 
 
 @gluon.jit
@@ -620,17 +663,16 @@ def _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty
 def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,  # type: ignore[no-untyped-def]
                          seq_k, kv_group, n_m, heads, batch, group, CAUSAL: gl.constexpr,
                          STAGES: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                         SPLIT: gl.constexpr):  # fmt: skip
+                         SPLIT: gl.constexpr, PAIRED: gl.constexpr):  # fmt: skip
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     n_kb = gl.cdiv(seq_k, BLOCK_N)
     if SPLIT:
         n_dp, first, n_run, u0, u1 = _runs(n_m, heads, batch, n_kb)
     else:
-        n_dp = _dealt(n_m, heads, batch)
+        n_dp = _dealt(n_m, heads, batch, CAUSAL, PAIRED)
     it = 0
     for i in range(n_dp):
-        pid_m, h, b = _tile_of(gl.program_id(0) + i * gl.num_programs(0), n_m, heads, batch,
-                               group, CAUSAL)  # fmt: skip
+        pid_m, h, b = _block_of(i, n_m, heads, batch, group, CAUSAL, PAIRED)
         m0 = pid_m * 2 * ROWS
         it = _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty, i,
                             b, h, m0, 0, _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL), it,
@@ -646,18 +688,17 @@ def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q
 
 
 @gluon.jit
-def _consume_piece(q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_k, tiling, i,  # type: ignore[no-untyped-def]
-                   t, kb0, kb1, it, WG: gl.constexpr, CAUSAL: gl.constexpr,
+def _consume_piece(q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_k, i, tile,  # type: ignore[no-untyped-def]
+                   kb0, kb1, it, WG: gl.constexpr, CAUSAL: gl.constexpr,
                    STAGES: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr,
                    WHOLE: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
-    # The i-th row block (t) of this CTA from ring position it: WHOLE, all its key tiles
-    # (kb0 = 0, kb1 unused), else key tiles [kb0, kb1) of a run. Returns O
-    # (unnormalized), m and l of this warpgroup's rows, where they go, and the count of
-    # key tiles.
-    n_m, heads, batch, group = tiling
+    # The i-th row block of this CTA, tile = (row block, head, batch), from ring position
+    # it: WHOLE, all its key tiles (kb0 = 0, kb1 unused), else key tiles [kb0, kb1) of a
+    # run. Returns O (unnormalized), m and l of this warpgroup's rows, where they go, and
+    # the count of key tiles.
+    pid_m, h, b = tile
     HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
-    pid_m, h, b = _tile_of(t, n_m, heads, batch, group, CAUSAL)
     m0 = pid_m * 2 * ROWS
     row0 = m0 + WG * ROWS
     if WHOLE:
@@ -722,13 +763,13 @@ def _finish_piece(acc, m_i, l_i, workspace, pending, kb0, kb1, n_kb, o_smem, o_d
 
 @gluon.jit
 def _consume_block(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale, seq_k,  # type: ignore[no-untyped-def]
-                   tiling, i, t, it, WG: gl.constexpr, CAUSAL: gl.constexpr,
+                   i, tile, it, WG: gl.constexpr, CAUSAL: gl.constexpr,
                    STAGES: gl.constexpr, PINGPONG: gl.constexpr,
                    Q_BUFFERS: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
-    # The i-th row block (t) of this CTA, whole. Returns the ring position after it.
+    # The i-th row block (tile) of this CTA, whole. Returns the ring position after it.
     acc, _, l_i, b, h, row0, n_tiles = _consume_piece(q_smem, k_smem, v_smem, bars, q_empty,
-                                                      o_desc, qk_scale, seq_k, tiling, i, t, 0,
-                                                      0, it, WG, CAUSAL, STAGES, PINGPONG,
+                                                      o_desc, qk_scale, seq_k, i, tile, 0, 0,
+                                                      it, WG, CAUSAL, STAGES, PINGPONG,
                                                       Q_BUFFERS, True, LAZY)  # fmt: skip
     _store_own(acc, l_i, o_smem, o_desc, b, h, row0)
     return it + n_tiles
@@ -739,24 +780,24 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
                          seq_k, n_m, heads, batch, group, part_ptr, stat_ptr, flag_ptr,
                          WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                          PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                         SPLIT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+                         SPLIT: gl.constexpr, PAIRED: gl.constexpr,
+                         LAZY: gl.constexpr):  # fmt: skip
     BLOCK_N: gl.constexpr = k_smem.shape[3]
     n_kb = gl.cdiv(seq_k, BLOCK_N)
-    tiling = (n_m, heads, batch, group)
     workspace = (part_ptr, stat_ptr, flag_ptr)
     o_buf = o_smem.index(WG)
     if SPLIT:
         n_dp, first, n_run, u0, u1 = _runs(n_m, heads, batch, n_kb)
     else:
-        n_dp = _dealt(n_m, heads, batch)
+        n_dp = _dealt(n_m, heads, batch, CAUSAL, PAIRED)
     it = 0
     # Whole row blocks in one loop, the run's pieces in another: the first compiles as
     # it does without SPLIT (constant key offset), which measured faster than one loop
     # over both.
     for i in range(n_dp):
         it = _consume_block(q_smem, k_smem, v_smem, o_buf, bars, q_empty, o_desc, qk_scale,
-                            seq_k, tiling, i, gl.program_id(0) + i * gl.num_programs(0), it,
-                            WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY)  # fmt: skip
+                            seq_k, i, _block_of(i, n_m, heads, batch, group, CAUSAL, PAIRED),
+                            it, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY)  # fmt: skip
     if SPLIT:
         # The run's pieces last first: the part this run parks is parked early.
         pending = -1
@@ -764,9 +805,9 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
             r = n_run - 1 - j
             kb0, kb1 = _key_part(first + r, u0, u1, n_kb)
             acc, m_i, l_i, b, h, row0, n_tiles = _consume_piece(
-                q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_k, tiling,
-                n_dp + j, first + r, kb0, kb1, it, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS,
-                False, LAZY)  # fmt: skip
+                q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_k, n_dp + j,
+                _tile_of(first + r, n_m, heads, batch, group, CAUSAL), kb0, kb1, it, WG,
+                CAUSAL, STAGES, PINGPONG, Q_BUFFERS, False, LAZY)  # fmt: skip
             it += n_tiles
             pending = _finish_piece(acc, m_i, l_i, workspace, pending, kb0, kb1, n_kb, o_buf,
                                     o_desc, b, h, row0, WG)  # fmt: skip
@@ -780,8 +821,10 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
                             CAUSAL: gl.constexpr, STAGES: gl.constexpr,
                             PINGPONG: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                             PRODUCER_REGS: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                            SPLIT: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
-    # One CTA per SM, output tiles dealt round-robin (heaviest first when causal).
+                            SPLIT: gl.constexpr, PAIRED: gl.constexpr,
+                            LAZY: gl.constexpr):  # fmt: skip
+    # One CTA per SM, output tiles dealt round-robin (causal: heaviest first, or in
+    # PAIRED units of a heavy and a light row block).
     # Q_BUFFERS pairs of Q buffers (one per consumer warpgroup), each with its barriers.
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [2 * Q_BUFFERS] + q_desc.block_type.shape,
                                        q_desc.layout)  # fmt: skip
@@ -801,14 +844,14 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
             (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
                                     qk_scale, seq_k, n_m, heads, batch, group, part_ptr,
                                     stat_ptr, flag_ptr, 0, CAUSAL, STAGES, PINGPONG,
-                                    Q_BUFFERS, SPLIT, LAZY)),
+                                    Q_BUFFERS, SPLIT, PAIRED, LAZY)),
             (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
                                     qk_scale, seq_k, n_m, heads, batch, group, part_ptr,
                                     stat_ptr, flag_ptr, 1, CAUSAL, STAGES, PINGPONG,
-                                    Q_BUFFERS, SPLIT, LAZY)),
+                                    Q_BUFFERS, SPLIT, PAIRED, LAZY)),
             (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
                                     q_empty, seq_k, kv_group, n_m, heads, batch, group,
-                                    CAUSAL, STAGES, Q_BUFFERS, SPLIT)),
+                                    CAUSAL, STAGES, Q_BUFFERS, SPLIT, PAIRED)),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],
@@ -1057,6 +1100,14 @@ def split_runs(causal: bool, tiles: int, key_tiles: int, ctas: int) -> bool:
     )
 
 
+def paired_deal(causal: bool, tiles: int, ctas: int, rounds: int) -> bool:
+    """Whether the persistent kernel deals causal row blocks in units of a heavy and a
+    light one (PAIRED; ``_paired_units``): more than one round of them and at most
+    ``rounds`` (the config's ``PAIRED_ROUNDS``). More rounds: row blocks heaviest first,
+    whose last rounds are light ones, where a unit of two is a coarse last round."""
+    return causal and ctas < tiles <= rounds * ctas
+
+
 def _workspace(q: torch.Tensor, ctas: int) -> tuple[torch.Tensor, ...]:
     # Per cut (slot 1..ctas-1, between a run and the one before): two warpgroups x ROWS
     # rows of one parked part's unnormalized O (float32) and (m, l); int32 flags, one per
@@ -1253,7 +1304,10 @@ def launch_choice(
         workspace = _workspace(q, ctas) if split else (None, None, None)
         constexprs: Scalars = (causal, cfg["STAGES"], variant == "ws-persistent-pingpong",
                                cfg["CONSUMER_REGS"], cfg["PRODUCER_REGS"],
-                               cfg["Q_BUFFERS"], split, bool(cfg["LAZY_RESCALE"]))  # fmt: skip
+                               cfg["Q_BUFFERS"], split,
+                               paired_deal(causal, n_m * heads_q * batch, ctas,
+                                           cfg["PAIRED_ROUNDS"]),
+                               bool(cfg["LAZY_RESCALE"]))  # fmt: skip
         kernel = _attn_fwd_ws_persistent[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *workspace, *constexprs,
             num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"],

@@ -1,7 +1,8 @@
 """The causal per-tile Gluon grids' launch order (the one-warpgroup kernel's and the
 two-warpgroup "ws" kernel's): (batch, head) pairs in whole groups, heaviest row blocks
 first; the group size on the host, and the output of grids of several groups against a
-float32 reference on an sm_90 GPU."""
+float32 reference on an sm_90 GPU. And the persistent kernel's causal deal in units of a
+heavy and a light row block (``PAIRED_ROUNDS``) against the same reference."""
 
 from __future__ import annotations
 
@@ -131,3 +132,65 @@ def test_gpu_grouped_causal_grid_matches_the_reference(variant, batch, heads_q, 
     yardstick = Yardstick.of(q, k, v, causal=True)
     yardstick.assert_rel(out)
     yardstick.assert_max(out)  # a row block run for the wrong head stays local
+
+
+PAIRED = [  # (batch, heads_q, heads_kv, seq, head_dim, dtype): the persistent kernel's
+    # causal deal in units of a heavy and a light row block (PAIRED_ROUNDS), on 132 SMs
+    (2, 8, 8, 2048, 128, torch.float16),  # 256 row blocks, 128 units: one round
+    (2, 16, 16, 2048, 128, torch.bfloat16),  # 256 units: two rounds, the second partial
+    (3, 12, 4, 1000, 128, torch.bfloat16),  # GQA, ragged last row block
+    (2, 16, 16, 1300, 128, torch.float16),  # 11 row blocks a pair: units of one after
+    (4, 8, 2, 777, 64, torch.float16),  # 7 row blocks a pair, head_dim 64: some CTAs
+    # with units of one only
+    (150, 2, 2, 100, 64, torch.bfloat16),  # one row block a pair: units of one only
+]
+
+
+@pytest.mark.gpu
+@needs_sm90
+@pytest.mark.parametrize(
+    ("batch", "heads_q", "heads_kv", "seq", "head_dim", "dtype"),
+    PAIRED,
+    ids=[f"{b}x{h}x{hk}x{s}x{d}-{str(t)[6:]}" for b, h, hk, s, d, t in PAIRED],
+)
+def test_gpu_paired_persistent_deal_matches_the_reference(batch, heads_q, heads_kv, seq,
+                                                          head_dim, dtype):  # fmt: skip
+    gen = torch.Generator().manual_seed(seq * 5 + batch + KERNEL_SEED)
+    q = torch.randn(batch, heads_q, seq, head_dim, generator=gen).to("cuda", dtype)
+    k = torch.randn(batch, heads_kv, seq, head_dim, generator=gen).to("cuda", dtype)
+    v = torch.randn(batch, heads_kv, seq, head_dim, generator=gen).to("cuda", dtype)
+    row_blocks = batch * heads_q * -(-seq // 128)
+    assert row_blocks > gf._sm_count(q), "one round: the paired deal is not used"
+    yardstick = Yardstick.of(q, k, v, causal=True)
+    for _ in range(2):  # a row block no CTA takes stays NaN
+        out = torch.full_like(q, float("nan"))
+        gf.flash_attention_fwd(q, k, v, causal=True, out=out, variant="ws-persistent",
+                               PAIRED_ROUNDS=99)  # fmt: skip
+        yardstick.assert_rel(out)
+        yardstick.assert_max(out)
+
+
+@pytest.mark.parametrize(
+    ("causal", "tiles", "rounds", "expected"),
+    [
+        (False, 500, 8, False),  # non-causal row blocks are all alike
+        (True, 132, 8, False),  # one round: each CTA its own row block
+        (True, 133, 8, True),
+        (True, 1056, 8, True),  # eight rounds
+        (True, 1057, 8, False),  # more: heaviest first ends on light row blocks
+        (True, 500, 0, False),  # never
+    ],
+)
+def test_the_persistent_kernel_pairs_row_blocks_from_one_round_to_its_limit(
+    causal, tiles, rounds, expected
+):
+    assert gf.paired_deal(causal, tiles, 132, rounds) is expected
+
+
+def test_the_persistent_variants_pair_up_to_eight_rounds_by_default():
+    from kernels import flash_plan
+
+    for variant in ("ws-persistent", "ws-persistent-pingpong"):
+        assert flash_plan.gluon_config(128, True, variant)["PAIRED_ROUNDS"] == 8
+    with pytest.raises(ValueError, match="PAIRED_ROUNDS"):
+        flash_plan.gluon_config(128, True, "ws", PAIRED_ROUNDS=8)
