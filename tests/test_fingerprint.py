@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import struct
 import subprocess
 import sys
 import textwrap
@@ -36,9 +37,35 @@ def launch(x, y, block={block}):
     _scale[(triton.cdiv(n, block),)](x, y, n, BLOCK=block)
 """
 
+# A persistent loop whose round count is written two ways: triton emits the PTX's
+# special-register reads in another order (and numbers registers differently), and
+# ptxas makes one binary of both.
+ROUNDS_INLINE = "    rounds = tl.cdiv(n * k - tl.program_id(0), tl.num_programs(0))\n"
+ROUNDS_NAMED = (
+    "    ctas = tl.num_programs(0)\n    p = tl.program_id(0)\n"
+    "    rounds = tl.cdiv(n * k - p, ctas)\n"
+)
+PERSISTENT = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale(x_ptr, y_ptr, n, k, BLOCK: tl.constexpr):
+{rounds}    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    for r in range(rounds):
+        start = r * tl.num_programs(0) * BLOCK
+        mask = offs + start < n
+        tl.store(y_ptr + offs + start, tl.load(x_ptr + offs + start, mask=mask) * 2.0, mask=mask)
+
+
+def launch(x, y):
+    _scale[(4,)](x, y, x.numel() // 128, 1, BLOCK=128)
+"""
+
 
 CHILD = """
-import importlib.util, sys, torch
+import hashlib, importlib.util, sys, torch
 from guard.measure import fingerprint as fp
 from kernels import triton_compile
 
@@ -47,9 +74,11 @@ module = importlib.util.module_from_spec(spec)
 sys.modules[sys.argv[2]] = module
 spec.loader.exec_module(module)
 x = torch.randn(int(sys.argv[3]))
-with triton_compile.compile_only("sm_90"), fp.capture_triton_launches() as launches:
+with triton_compile.compile_only("sm_90") as compiled, fp.capture_triton_launches() as launches:
     module.launch(x, torch.empty_like(x))
 assert launches, "the launch was not recorded"
+ptx = fp.normalize_ptx(compiled[-1].kernel.asm["ptx"])
+print("ptx", hashlib.sha256(ptx.encode()).hexdigest())
 print(fp.fingerprint(launches, [], {}))
 """
 
@@ -63,9 +92,10 @@ def _load(tmp: Path, name: str, *, factor: str = "2.0", block: int = 128, pad: i
     return path
 
 
-def _fingerprint(path: Path, n: int = 1024) -> str:
-    """Compiled in a fresh process: other tests run this one under TRITON_INTERPRET=1,
-    where triton.jit interprets and compiles nothing."""
+def _compiled(path: Path, n: int = 1024) -> tuple[str, str]:
+    """(fingerprint, digest of the normalized PTX) of the kernel's launch, compiled in a
+    fresh process: other tests run this one under TRITON_INTERPRET=1, where triton.jit
+    interprets and compiles nothing."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
     proc = subprocess.run(
@@ -73,7 +103,12 @@ def _fingerprint(path: Path, n: int = 1024) -> str:
         env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.strip().splitlines()[-1]
+    *_, ptx, print_ = proc.stdout.strip().splitlines()
+    return print_, ptx
+
+
+def _fingerprint(path: Path, n: int = 1024) -> str:
+    return _compiled(path, n)[0]
 
 
 def test_same_kernel_from_two_checkouts_and_shifted_lines_is_identical(tmp_path):
@@ -81,6 +116,17 @@ def test_same_kernel_from_two_checkouts_and_shifted_lines_is_identical(tmp_path)
     b = _fingerprint(_load(tmp_path, "fp_head", pad=7))  # other path, other line numbers
     assert a == b
     assert a.startswith("gpu:")
+
+
+def test_ptx_reordered_into_one_binary_is_identical(tmp_path):
+    paths = []
+    for name, rounds in (("fp_inline", ROUNDS_INLINE), ("fp_named", ROUNDS_NAMED)):
+        (tmp_path / name).mkdir()
+        paths.append(tmp_path / name / f"{name}.py")
+        paths[-1].write_text(PERSISTENT.format(rounds=rounds))
+    (inline, inline_ptx), (named, named_ptx) = (_compiled(p) for p in paths)
+    assert inline_ptx != named_ptx  # else this test shows nothing
+    assert inline == named
 
 
 def test_a_change_in_code_changes_the_fingerprint(tmp_path):
@@ -246,3 +292,50 @@ def test_the_kernel_token_is_the_function_name_never_a_return_type(profiled, tok
     # Seen on an H100: "void (anonymous namespace)::softmax_warp_forward<...>" gave the
     # token "void", found in every C++ extension, so every case counted the CUDA one.
     assert fp._kernel_token(profiled) == token
+
+
+def _elf(sections: list[tuple[str, int, bytes]]) -> bytes:
+    """A 64-bit little-endian ELF file of (name, type, bytes) sections after the null
+    one, with its section-name table last; a type-8 (NOBITS) section's bytes give only
+    its size."""
+    names = b"\0" + b"".join(n.encode() + b"\0" for n, _, _ in sections) + b".shstrtab\0"
+    body, headers, at = b"", [bytes(64)], 64
+    name_at = 1
+    for name, kind, data in [*sections, (".shstrtab", 3, names)]:
+        stored = b"" if kind == 8 else data
+        headers.append(struct.pack("<IIQQQQIIQQ", name_at, kind, 0, 0, at, len(data), 0, 0, 1, 0))
+        body += stored
+        at += len(stored)
+        name_at += len(name) + 1
+    ident = b"\x7fELF\x02\x01\x01" + bytes(9)
+    header = struct.pack(
+        "<16sHHIQQQIHHHHHH", ident, 2, 190, 1, 0, 0, at, 0, 64, 0, 0, 64, len(headers),
+        len(headers) - 1,
+    )  # fmt: skip
+    return header + body + b"".join(headers)
+
+
+def _cubin(text: bytes = b"\x01\x02", line: bytes = b"12", shared: int = 1024) -> bytes:
+    return _elf([
+        (".text.k", 1, text),
+        (".debug_line", 1, line),
+        (".nv_debug_ptx_txt", 1, b"ld.global" + line),
+        (".nv.shared.k", 8, bytes(shared)),
+    ])  # fmt: skip
+
+
+def test_machine_code_leaves_out_only_the_debug_sections():
+    code = fp.machine_code(_cubin())
+    assert code is not None and b"\x01\x02" in code and b"ld.global" not in code
+    # Other line numbers, longer or not (the sections after them move in the file).
+    assert fp.machine_code(_cubin(line=b"13")) == code
+    assert fp.machine_code(_cubin(line=b"1234567")) == code
+    assert fp.machine_code(_cubin(text=b"\x01\x03")) != code
+    assert fp.machine_code(_cubin(shared=2048)) != code  # its size, though no bytes
+
+
+def test_machine_code_refuses_what_is_no_readable_elf_file():
+    assert fp.machine_code(b"") is None
+    assert fp.machine_code(b"\x7fELF\x01\x01" + bytes(100)) is None  # 32-bit
+    whole = _cubin()
+    assert fp.machine_code(whole[: len(whole) // 2]) is None  # cut short

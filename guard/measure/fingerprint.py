@@ -3,11 +3,16 @@
 The fingerprint of a case is taken in the worker while the case's first (correctness)
 call runs. It covers, in this order of preference:
 
-- every Triton (and Gluon) kernel the call launched: the compiled PTX with its
-  source-location lines removed (``.file``/``.loc`` and debug sections record paths
-  and line numbers, which differ between two checkouts of one source), the compiled
+- every Triton (and Gluon) kernel the call launched: its machine code (the cubin's
+  sections but the debug ones: line tables and the embedded PTX text record paths and
+  line numbers, which differ between two checkouts of one source), the compiled
   metadata that decides how it runs (warps, CTAs, stages, shared memory, register
-  cap), and the grid of the launch;
+  cap), and the grid of the launch. Machine code, not PTX: two sources whose PTX
+  differs only in the order of independent instructions or in register numbers can
+  compile to one binary, and a case whose binary did not change is not timed (timed,
+  it would measure the clocks that the other cases' power draw sets: an unchanged
+  kernel read 3% slower beside a sped-up one, docs/CALIBRATION.md). A kernel without
+  a cubin counts by its PTX without source locations;
 - every device kernel the call launched, as the CUDA profiler saw it: name, grid,
   block, shared memory and registers (torch's own kernels, an extra copy the launcher
   added, and the CUDA extension's kernels);
@@ -23,9 +28,7 @@ What it does not cover: host-side code in the Python launcher (argument checks,
 allocation), which changes the host-inclusive time but not the device time the guard
 gates on; the machine (driver, clocks), which is the same for
 both arms of a paired run; and a kernel module that deliberately patches the guard's
-code in the worker it runs in (that is code execution, kept out by the fork gate). The
-PTX is the input of ``ptxas``, whose version is the same for both arms in one process
-tree, so equal PTX and metadata mean an equal binary.
+code in the worker it runs in (that is code execution, kept out by the fork gate).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import json
 import os
 import re
 import site
+import struct
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -79,11 +83,54 @@ class Launch:
         return {"code": self.code, "grid": list(self.grid)}
 
 
+_ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")  # ELF64, little-endian
+_ELF_SECTION = struct.Struct("<IIQQQQIIQQ")
+_NOBITS = 8  # a section that takes no bytes in the file (.nv.shared: its size counts)
+# Sections that only debuggers and profilers read: line tables, the PTX text, and the
+# relocations into them.
+_DEBUG_PREFIXES = (".debug", ".nv_debug", ".rela.debug", ".rela.nv_debug", ".rel.debug")
+
+
+def machine_code(cubin: bytes) -> bytes | None:
+    """A cubin's sections but its debug ones, each as its name, header fields (not its
+    file offset, which moves with the debug sections' sizes) and bytes; None when the
+    bytes are not a 64-bit little-endian ELF file this can read."""
+    try:
+        header = _ELF_HEADER.unpack_from(cubin, 0)
+        if header[0][:6] != b"\x7fELF\x02\x01":
+            return None
+        shoff, shentsize, shnum, shstrndx = header[6], header[11], header[12], header[13]
+        if shentsize != _ELF_SECTION.size or not 0 <= shstrndx < shnum:
+            return None
+        sections = [_ELF_SECTION.unpack_from(cubin, shoff + i * shentsize) for i in range(shnum)]
+        names = sections[shstrndx]
+        out = []
+        for name_at, kind, flags, _, offset, size, link, info, align, entsize in sections:
+            start = names[4] + name_at
+            name = cubin[start : cubin.index(b"\0", start)]
+            if name.decode("ascii", "replace").startswith(_DEBUG_PREFIXES):
+                continue
+            body = b"" if kind == _NOBITS else cubin[offset : offset + size]
+            if len(body) != (0 if kind == _NOBITS else size):
+                return None  # a section past the end of the file
+            fields = (kind, flags, size, link, info, align, entsize)
+            out.append(name + b"\0" + struct.pack("<IQQIIQQ", *fields) + body)
+        return b"".join(out)
+    except (struct.error, ValueError):
+        return None
+
+
 def kernel_code_digest(kernel: Any) -> str:
-    """Digest of a ``triton.compiler.CompiledKernel``: normalized PTX + metadata."""
+    """Digest of a ``triton.compiler.CompiledKernel``: its machine code (or, without a
+    cubin, its normalized PTX) and metadata."""
     meta = kernel.metadata
     fields = {name: _plain(getattr(meta, name, None)) for name in _META_FIELDS}
-    digest = hashlib.sha256(normalize_ptx(kernel.asm["ptx"]).encode())
+    cubin = kernel.asm.get("cubin")
+    code = machine_code(cubin) if isinstance(cubin, bytes) else None
+    if code is not None:
+        digest = hashlib.sha256(b"cubin\0" + code)
+    else:
+        digest = hashlib.sha256(normalize_ptx(kernel.asm["ptx"]).encode())
     digest.update(json.dumps(fields, sort_keys=True).encode())
     return digest.hexdigest()
 
