@@ -243,6 +243,36 @@ def test_a_shared_object_loaded_outside_sys_modules_counts(tmp_path):
     assert not any(path.startswith("/usr/") for path in fp.loaded_extensions())
 
 
+def test_triton_launch_stubs_in_its_cache_stay_out_and_nothing_else(tmp_path, monkeypatch):
+    # triton builds a host stub per kernel signature into its cache and loads it on the
+    # first launch: another stub for one more constexpr, with the same device binary.
+    import ctypes
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a shared object")
+    cache, elsewhere = tmp_path / "cache" / "ABC", tmp_path / "mine"
+    cache.mkdir(parents=True)
+    elsewhere.mkdir()
+    source = tmp_path / "stub.c"
+    source.write_text(f"int launch(void) {{ return {secrets.randbelow(1 << 30)}; }}\n")
+    built = []
+    for folder, name in (
+        (cache, "__triton_launcher.cpython-312-x86_64-linux-gnu.so"),
+        (cache, "cuda_utils.cpython-312-x86_64-linux-gnu.so"),
+        (cache, "my_kernels.so"),  # not a stub's name: counts, even in the cache
+        (elsewhere, "__triton_launcher.so"),  # a stub's name outside the cache: counts
+    ):
+        built.append(folder / name)
+        subprocess.run([cc, "-shared", "-fPIC", "-o", str(built[-1]), str(source)], check=True)
+        ctypes.CDLL(str(built[-1]))
+    assert fp._triton_stub_dir().endswith(os.sep)
+    monkeypatch.setattr(fp, "_triton_stub_dir", lambda: str(tmp_path / "cache") + os.sep)
+    seen = fp.loaded_extensions()
+    assert [str(p) in seen for p in built] == [False, False, True, True]
+
+
 def test_a_case_counts_the_extensions_it_loaded_or_launched_a_kernel_of(tmp_path):
     # A worker keeps every extension an earlier case loaded mapped; a change to the CUDA
     # extension must not make the Triton cases after it look changed, and must make the

@@ -18,7 +18,8 @@ call runs. It covers, in this order of preference:
   added, and the CUDA extension's kernels);
 - the content of every compiled extension from outside the Python installation that
   the call loaded or launched a kernel of (the CUDA kernel's shared object), however it
-  was loaded (``/proc/self/maps``).
+  was loaded (``/proc/self/maps``); not triton's launch stubs, host code built per
+  kernel signature (a constexpr added to a kernel gives another stub, the same binary).
 
 All of it is taken by the guard's own code (the judge's, in a PR check), not asked of
 the kernel's registry entry, which the PR controls. Without a GPU (no profiler, no
@@ -76,7 +77,7 @@ def normalize_ptx(ptx: str) -> str:
 class Launch:
     """One launch of a compiled Triton kernel: what ran, and on what grid."""
 
-    code: str  # sha256 of the normalized PTX and the run-relevant metadata
+    code: str  # sha256 of the machine code (or normalized PTX) and run-relevant metadata
     grid: tuple[int, ...]
 
     def to_json(self) -> dict[str, Any]:
@@ -264,18 +265,40 @@ def _mapped_shared_objects() -> list[str]:
     return sorted(paths)
 
 
+# Host stubs triton builds into its cache for each kernel signature: they pass the
+# arguments and launch, holding no device code (that counts through the launch itself).
+# A constexpr more in a signature gives another stub, not another binary on the GPU.
+_TRITON_STUBS = ("__triton_launcher.", "cuda_utils.")
+
+
+def _triton_stub_dir() -> str:
+    """Triton's cache directory (with a trailing separator), "" without triton."""
+    try:
+        from triton import knobs
+    except ImportError:
+        return ""
+    return os.path.join(os.path.realpath(str(knobs.cache.dir)), "")
+
+
+def _is_triton_stub(path: str, stub_dir: str) -> bool:
+    name = os.path.basename(path)
+    return bool(stub_dir) and path.startswith(stub_dir) and name.startswith(_TRITON_STUBS)
+
+
 def loaded_extensions() -> dict[str, str]:
     """Compiled code loaded from outside the Python installation and the system (built
-    extensions, however they were loaded), by path: the sha256 of each shared object."""
+    extensions, however they were loaded), by path: the sha256 of each shared object.
+    Triton's own launch stubs (``_TRITON_STUBS`` in its cache) are left out."""
     installed = {sys.prefix, sys.base_prefix, *site.getsitepackages(), site.getusersitepackages()}
     roots = tuple(os.path.join(root, "") for root in installed) + _SYSTEM_DIRS
+    stub_dir = _triton_stub_dir()
     paths = [
         getattr(module, "__file__", None) or "" for module in list(sys.modules.values())
     ] + _mapped_shared_objects()
     out = {}
     for path in dict.fromkeys(paths):
         if path.endswith((".so", ".pyd")) or ".so." in os.path.basename(path):
-            if path.startswith(roots):
+            if path.startswith(roots) or _is_triton_stub(os.path.realpath(path), stub_dir):
                 continue
             with contextlib.suppress(OSError, files.FileRefused):
                 out[path] = _file_digest(path, os.stat(path).st_mtime_ns)
