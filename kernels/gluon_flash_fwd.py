@@ -32,20 +32,21 @@ on light row blocks rather than on the last head's heaviest.
 
 ``_attn_fwd_ws_persistent`` (variant ``ws-persistent``; ``ws-persistent-pingpong`` adds
 the scheduler barrier, its turns running on across tiles) is the same pipeline with one
-CTA per SM: output tiles dealt round-robin (causal: the heaviest row blocks of every
-head first), the ring positions and barrier phases running on across tiles, and Q in
-two pairs of buffers (``Q_BUFFERS``), each consumer releasing its buffer (``q_empty``)
-as soon as its last Q·K^T retired: the producer loads a tile's Q while the tile before
-it runs, and the consumers finish P·V and store O from their own buffers (the TMA
-store waited on only before the next tile overwrites it). FA3's persistent scheduler
-in its static form; the prologue and epilogue a per-tile CTA pays with idle tensor
-cores overlap the neighbouring tiles' work. ``SPLIT_KEYS`` (non-causal, where the row
-blocks do not divide evenly among the CTAs) deals all but the last two rounds' worth that
-way, then cuts the remaining row blocks' key tiles into one equal run per CTA, so the
-last round leaves no SM idle. A run takes its pieces last first: the first part of a
-row block cut in two (its key tiles from 0) is parked in a global workspace at the start
-of one CTA's run, and the second part, last in the next CTA's run, merges it
-(``_finish_piece``).
+CTA per SM: output tiles dealt round-robin (causal: from one round of row blocks to
+``PAIRED_ROUNDS`` rounds, units of a heavy and a light row block of one head, which take
+equal time; with more, the heaviest row blocks of every head first), the ring positions
+and barrier phases running on across tiles, and Q in two pairs of buffers
+(``Q_BUFFERS``), each consumer releasing its buffer (``q_empty``) as soon as its last
+Q·K^T retired: the producer loads a tile's Q while the tile before it runs, and the
+consumers finish P·V and store O from their own buffers (the TMA store waited on only
+before the next tile overwrites it). FA3's persistent scheduler in its static form; the
+prologue and epilogue a per-tile CTA pays with idle tensor cores overlap the
+neighbouring tiles' work. ``SPLIT_KEYS`` (non-causal, where the row blocks do not divide
+evenly among the CTAs) deals all but the last two rounds' worth that way, then cuts the
+remaining row blocks' key tiles into one equal run per CTA, so the last round leaves no
+SM idle. A run takes its pieces last first: the first part of a row block cut in two
+(its key tiles from 0) is parked in a global workspace at the start of one CTA's run,
+and the second part, last in the next CTA's run, merges it (``_finish_piece``).
 
 ``_attn_fwd_simple`` is the plain version of the same kernel (no warp
 specialization, one warpgroup of 64 rows, a TMA ring refilled by the consumer, no
