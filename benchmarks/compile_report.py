@@ -97,7 +97,8 @@ GLUON_OPT_IN = [
     for variant in ("ws-persistent", "ws-persistent-pingpong")
     for head_dim in (64, 128)
 ] + [
-    ("ws-persistent", head_dim, True, {"PAIRED_ROUNDS": 99}, (4, 16, 16, 2048, 2048))
+    (variant, head_dim, True, {"PAIRED_ROUNDS": 99}, (4, 16, 16, 2048, 2048))
+    for variant in ("ws-persistent", "ws-persistent-pingpong")
     for head_dim in (64, 128)
 ]
 

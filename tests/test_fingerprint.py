@@ -4,6 +4,7 @@ the compiled code or the launch changes (compiled for sm_90 without a GPU)."""
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import os
 import secrets
 import struct
@@ -252,17 +253,21 @@ def test_triton_launch_stubs_in_its_cache_stay_out_and_nothing_else(tmp_path, mo
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         pytest.skip("no C compiler to build a shared object")
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     cache, elsewhere = tmp_path / "cache" / "ABC", tmp_path / "mine"
-    cache.mkdir(parents=True)
+    deeper = cache / "DEF"
+    deeper.mkdir(parents=True)
     elsewhere.mkdir()
     source = tmp_path / "stub.c"
     source.write_text(f"int launch(void) {{ return {secrets.randbelow(1 << 30)}; }}\n")
     built = []
     for folder, name in (
-        (cache, "__triton_launcher.cpython-312-x86_64-linux-gnu.so"),
-        (cache, "cuda_utils.cpython-312-x86_64-linux-gnu.so"),
+        (cache, f"__triton_launcher{suffix}"),
+        (cache, f"cuda_utils{suffix}"),
         (cache, "my_kernels.so"),  # not a stub's name: counts, even in the cache
-        (elsewhere, "__triton_launcher.so"),  # a stub's name outside the cache: counts
+        (cache, f"__triton_launcher_mine{suffix}"),  # nor this one
+        (deeper, f"__triton_launcher{suffix}"),  # not where triton puts its stubs: counts
+        (elsewhere, f"__triton_launcher{suffix}"),  # outside the cache: counts
     ):
         built.append(folder / name)
         subprocess.run([cc, "-shared", "-fPIC", "-o", str(built[-1]), str(source)], check=True)
@@ -270,7 +275,7 @@ def test_triton_launch_stubs_in_its_cache_stay_out_and_nothing_else(tmp_path, mo
     assert fp._triton_stub_dir().endswith(os.sep)
     monkeypatch.setattr(fp, "_triton_stub_dir", lambda: str(tmp_path / "cache") + os.sep)
     seen = fp.loaded_extensions()
-    assert [str(p) in seen for p in built] == [False, False, True, True]
+    assert [str(p) in seen for p in built] == [False, False, True, True, True, True]
 
 
 def test_a_case_counts_the_extensions_it_loaded_or_launched_a_kernel_of(tmp_path):
@@ -369,3 +374,18 @@ def test_machine_code_refuses_what_is_no_readable_elf_file():
     assert fp.machine_code(b"\x7fELF\x01\x01" + bytes(100)) is None  # 32-bit
     whole = _cubin()
     assert fp.machine_code(whole[: len(whole) // 2]) is None  # cut short
+    far = bytearray(whole)
+    struct.pack_into("<Q", far, 0x28, 2**63)  # section headers past any file
+    assert fp.machine_code(bytes(far)) is None
+
+
+def test_machine_code_refuses_sections_that_overlap():
+    # Many headers on one large body would make the digest read it again and again.
+    body = bytes(4096)
+    overlapping = _elf([(".text.k", 1, body)])
+    shoff = struct.unpack_from("<Q", overlapping, 0x28)[0]
+    text_header = overlapping[shoff + 64 : shoff + 128]
+    shnum = struct.unpack_from("<H", overlapping, 0x3C)[0]
+    bomb = bytearray(overlapping + text_header * 50)
+    struct.pack_into("<HH", bomb, 0x3C, shnum + 50, shnum - 1)
+    assert fp.machine_code(bytes(bomb)) is None

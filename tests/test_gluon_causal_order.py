@@ -134,27 +134,31 @@ def test_gpu_grouped_causal_grid_matches_the_reference(variant, batch, heads_q, 
     yardstick.assert_max(out)  # a row block run for the wrong head stays local
 
 
-PAIRED = [  # (batch, heads_q, heads_kv, seq, head_dim, dtype): the persistent kernel's
-    # causal deal in units of a heavy and a light row block (PAIRED_ROUNDS), on 132 SMs
-    (2, 8, 8, 2048, 128, torch.float16),  # 256 row blocks, 128 units: one round
-    (2, 16, 16, 2048, 128, torch.bfloat16),  # 256 units: two rounds, the second partial
-    (3, 12, 4, 1000, 128, torch.bfloat16),  # GQA, ragged last row block
-    (2, 16, 16, 1300, 128, torch.float16),  # 11 row blocks a pair: units of one after
-    (4, 8, 2, 777, 64, torch.float16),  # 7 row blocks a pair, head_dim 64: some CTAs
-    # with units of one only
-    (150, 2, 2, 100, 64, torch.bfloat16),  # one row block a pair: units of one only
+PAIRED = [  # (variant, batch, heads_q, heads_kv, seq, head_dim, dtype): the persistent
+    # kernels' causal deal in units of a heavy and a light row block (PAIRED_ROUNDS), on
+    # 132 SMs
+    ("ws-persistent", 2, 8, 8, 2048, 128, torch.float16),  # 256 row blocks, 128 units
+    ("ws-persistent", 2, 16, 16, 2048, 128, torch.bfloat16),  # 256 units: two rounds
+    ("ws-persistent", 3, 12, 4, 1000, 128, torch.bfloat16),  # GQA, ragged last row block
+    ("ws-persistent", 2, 16, 16, 1300, 128, torch.float16),  # 11 row blocks a pair:
+    # units of one after those of two
+    ("ws-persistent", 4, 8, 2, 777, 64, torch.float16),  # 7 row blocks a pair, head_dim
+    # 64: some CTAs with units of one only
+    ("ws-persistent", 150, 2, 2, 100, 64, torch.bfloat16),  # units of one only
+    ("ws-persistent-pingpong", 2, 16, 16, 1300, 128, torch.bfloat16),  # its turns
+    # running on across the units
 ]
 
 
 @pytest.mark.gpu
 @needs_sm90
 @pytest.mark.parametrize(
-    ("batch", "heads_q", "heads_kv", "seq", "head_dim", "dtype"),
+    ("variant", "batch", "heads_q", "heads_kv", "seq", "head_dim", "dtype"),
     PAIRED,
-    ids=[f"{b}x{h}x{hk}x{s}x{d}-{str(t)[6:]}" for b, h, hk, s, d, t in PAIRED],
+    ids=[f"{v}-{b}x{h}x{hk}x{s}x{d}-{str(t)[6:]}" for v, b, h, hk, s, d, t in PAIRED],
 )
-def test_gpu_paired_persistent_deal_matches_the_reference(batch, heads_q, heads_kv, seq,
-                                                          head_dim, dtype):  # fmt: skip
+def test_gpu_paired_persistent_deal_matches_the_reference(variant, batch, heads_q, heads_kv,
+                                                          seq, head_dim, dtype):  # fmt: skip
     gen = torch.Generator().manual_seed(seq * 5 + batch + KERNEL_SEED)
     q = torch.randn(batch, heads_q, seq, head_dim, generator=gen).to("cuda", dtype)
     k = torch.randn(batch, heads_kv, seq, head_dim, generator=gen).to("cuda", dtype)
@@ -164,7 +168,7 @@ def test_gpu_paired_persistent_deal_matches_the_reference(batch, heads_q, heads_
     yardstick = Yardstick.of(q, k, v, causal=True)
     for _ in range(2):  # a row block no CTA takes stays NaN
         out = torch.full_like(q, float("nan"))
-        gf.flash_attention_fwd(q, k, v, causal=True, out=out, variant="ws-persistent",
+        gf.flash_attention_fwd(q, k, v, causal=True, out=out, variant=variant,
                                PAIRED_ROUNDS=99)  # fmt: skip
         yardstick.assert_rel(out)
         yardstick.assert_max(out)

@@ -47,9 +47,9 @@ def test_every_config_compiles_without_spills(report):
     from kernels import gluon_flash_fwd as gf
 
     # Every variant's defaults, and the opt-in configs of compile_report's GLUON_OPT_IN:
-    # both persistent variants with SPLIT_KEYS, non-causal, and the persistent kernel
-    # with PAIRED_ROUNDS, causal, at both head dims.
-    expected = (len(gf.VARIANTS) * 2 + 3) * 2 * len(gf.SUPPORTED_HEAD_DIMS)
+    # both persistent variants with SPLIT_KEYS, non-causal, and with PAIRED_ROUNDS,
+    # causal, at both head dims.
+    expected = (len(gf.VARIANTS) * 2 + 4) * 2 * len(gf.SUPPORTED_HEAD_DIMS)
     assert len(report) == expected
     runs = [r for r in report if r["overrides"] == {"SPLIT_KEYS": 1}]
     assert {(r["variant"], r["head_dim"], r["causal"]) for r in runs} == {

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.machinery
 import json
 import os
 import re
@@ -104,6 +105,8 @@ def machine_code(cubin: bytes) -> bytes | None:
         if shentsize != _ELF_SECTION.size or not 0 <= shstrndx < shnum:
             return None
         sections = [_ELF_SECTION.unpack_from(cubin, shoff + i * shentsize) for i in range(shnum)]
+        if sum(0 if s[1] == _NOBITS else s[5] for s in sections) > len(cubin):
+            return None  # sections that overlap: no compiler's file (and a memory bomb)
         names = sections[shstrndx]
         out = []
         for name_at, kind, flags, _, offset, size, link, info, align, entsize in sections:
@@ -117,7 +120,7 @@ def machine_code(cubin: bytes) -> bytes | None:
             fields = (kind, flags, size, link, info, align, entsize)
             out.append(name + b"\0" + struct.pack("<IQQIIQQ", *fields) + body)
         return b"".join(out)
-    except (struct.error, ValueError):
+    except (struct.error, ValueError, OverflowError):
         return None
 
 
@@ -265,10 +268,15 @@ def _mapped_shared_objects() -> list[str]:
     return sorted(paths)
 
 
-# Host stubs triton builds into its cache for each kernel signature: they pass the
-# arguments and launch, holding no device code (that counts through the launch itself).
-# A constexpr more in a signature gives another stub, not another binary on the GPU.
-_TRITON_STUBS = ("__triton_launcher.", "cuda_utils.")
+# Host stubs triton builds into its cache for each kernel signature (one folder a stub):
+# they pass the arguments and launch, holding no device code (that counts through the
+# launch itself). A constexpr more in a signature gives another stub, not another binary
+# on the GPU.
+_TRITON_STUBS = tuple(
+    stem + suffix
+    for stem in ("__triton_launcher", "cuda_utils")
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES
+)
 
 
 def _triton_stub_dir() -> str:
@@ -281,8 +289,12 @@ def _triton_stub_dir() -> str:
 
 
 def _is_triton_stub(path: str, stub_dir: str) -> bool:
-    name = os.path.basename(path)
-    return bool(stub_dir) and path.startswith(stub_dir) and name.startswith(_TRITON_STUBS)
+    folder, name = os.path.split(path)
+    return (
+        bool(stub_dir)
+        and os.path.dirname(folder) == stub_dir.rstrip(os.sep)
+        and name in _TRITON_STUBS
+    )
 
 
 def loaded_extensions() -> dict[str, str]:
