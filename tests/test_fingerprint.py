@@ -389,3 +389,19 @@ def test_machine_code_refuses_sections_that_overlap():
     bomb = bytearray(overlapping + text_header * 50)
     struct.pack_into("<HH", bomb, 0x3C, shnum + 50, shnum - 1)
     assert fp.machine_code(bytes(bomb)) is None
+
+
+def test_launch_attributes_and_tma_blocks_count_beside_the_machine_code():
+    from types import SimpleNamespace
+
+    def digest(**meta: object) -> str:
+        fields = {"name": "k", "num_warps": 4, "launch_pdl": False,
+                  "tensordesc_meta": [{"swizzle": 3, "block_size": [64, 64]}], **meta}  # fmt: skip
+        return fp.kernel_code_digest(
+            SimpleNamespace(metadata=SimpleNamespace(**fields), asm={"cubin": _cubin()})
+        )
+
+    assert digest() == digest()
+    assert digest(launch_pdl=True) != digest()
+    assert digest(tensordesc_meta=[{"swizzle": 2, "block_size": [64, 64]}]) != digest()
+    assert digest(num_warps=8) != digest()

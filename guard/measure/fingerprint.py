@@ -60,9 +60,14 @@ _COMMENT = re.compile(r"//.*$", re.MULTILINE)
 # Labels that only the (dropped) debug sections refer to: one per inlined call site, so
 # moving code into a helper renumbers them though not one instruction changes.
 _DEBUG_LABEL = re.compile(r"^\$L__tmp\d+:\s*$", re.MULTILINE)
-# Compiled metadata that changes how a kernel runs (all present in triton 3.x's
-# metadata; a missing one reads as None, so older or newer versions still compare).
-_META_FIELDS = ("name", "num_warps", "num_ctas", "num_stages", "shared", "maxnreg", "cluster_dims")
+# Compiled metadata that changes how a kernel runs (a missing one reads as None, so older
+# or newer triton versions still compare): launch attributes (programmatic dependent
+# launch, a cooperative grid) and the TMA descriptors' blocks and swizzles the host
+# builds, beside the machine code.
+_META_FIELDS = (
+    "name", "num_warps", "num_ctas", "num_stages", "shared", "maxnreg", "cluster_dims",
+    "launch_pdl", "launch_cooperative_grid", "tensordesc_meta",
+)  # fmt: skip
 
 
 def normalize_ptx(ptx: str) -> str:
@@ -142,6 +147,8 @@ def kernel_code_digest(kernel: Any) -> str:
 def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
     return value if isinstance(value, (int, float, str, bool, type(None))) else str(value)
 
 
