@@ -1296,18 +1296,18 @@ def launch_choice(
     scalars: Scalars = (scale * math.log2(math.e), seq_k, heads_q // k.shape[1])
     if variant is not None and variant.startswith("ws-persistent"):
         n_m = triton.cdiv(seq_q, 2 * _ROWS)
-        ctas = min(n_m * heads_q * batch, _sm_count(q))
+        tiles = n_m * heads_q * batch
+        ctas = min(tiles, _sm_count(q))
         grid = (ctas, 1, 1)  # 3-D: the raw launcher's
         scalars = (*scalars, n_m, heads_q, batch, _l2_group(q, k, heads_q * batch))
         split = bool(cfg["SPLIT_KEYS"]) and split_runs(
-            causal, n_m * heads_q * batch, triton.cdiv(seq_k, cfg["BLOCK_N"]), ctas
+            causal, tiles, triton.cdiv(seq_k, cfg["BLOCK_N"]), ctas
         )
         workspace = _workspace(q, ctas) if split else (None, None, None)
+        paired = paired_deal(causal, tiles, ctas, cfg["PAIRED_ROUNDS"])
         constexprs: Scalars = (causal, cfg["STAGES"], variant == "ws-persistent-pingpong",
                                cfg["CONSUMER_REGS"], cfg["PRODUCER_REGS"],
-                               cfg["Q_BUFFERS"], split,
-                               paired_deal(causal, n_m * heads_q * batch, ctas,
-                                           cfg["PAIRED_ROUNDS"]),
+                               cfg["Q_BUFFERS"], split, paired,
                                bool(cfg["LAZY_RESCALE"]))  # fmt: skip
         kernel = _attn_fwd_ws_persistent[grid](
             q_desc, k_desc, v_desc, o_desc, *scalars, *workspace, *constexprs,

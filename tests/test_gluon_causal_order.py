@@ -191,10 +191,11 @@ def test_the_persistent_kernel_pairs_row_blocks_from_one_round_to_its_limit(
     assert gf.paired_deal(causal, tiles, 132, rounds) is expected
 
 
-def test_the_persistent_variants_pair_up_to_eight_rounds_by_default():
+def test_the_persistent_variants_pair_by_default_and_only_they_know_the_knob():
     from kernels import flash_plan
 
     for variant in ("ws-persistent", "ws-persistent-pingpong"):
-        assert flash_plan.gluon_config(128, True, variant)["PAIRED_ROUNDS"] == 8
+        rounds = flash_plan.gluon_config(128, True, variant)["PAIRED_ROUNDS"]
+        assert gf.paired_deal(True, 2 * 132, 132, rounds)  # two rounds: paired
     with pytest.raises(ValueError, match="PAIRED_ROUNDS"):
         flash_plan.gluon_config(128, True, "ws", PAIRED_ROUNDS=8)
