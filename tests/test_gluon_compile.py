@@ -109,3 +109,41 @@ def test_a_whole_tiles_softmax_runs_under_the_p_v_product(report):
             assert row["exp_under_pv"] == 0, f"{name}: {row['exp_under_pv']}"
         else:
             assert row["exp_under_pv"] >= tile, f"{name}: {row['exp_under_pv']} < {tile}"
+
+
+PHASED_COMPILE = """
+import json, sys, torch
+sys.path.insert(0, "benchmarks")
+import compile_report
+from benchmarks import trace_tile_phases
+from kernels import flash_plan
+from kernels.triton_compile import compile_only
+
+phased = trace_tile_phases._phased_module()
+q = torch.empty(4, 16, 2048, 64, dtype=torch.bfloat16)
+phased.TRACE[0] = torch.zeros(132 * 256, dtype=torch.int64)
+choice = flash_plan.gluon_choice(64, False, "ws-persistent-pingpong", {"SPLIT_KEYS": 0})
+with compile_only("sm_90") as launches:
+    phased.launch_choice(q, q, q, torch.empty_like(q), False, 0.125, choice)
+print(json.dumps(compile_report.resources(launches[-1], "sm_90")))
+"""
+
+
+def test_the_phase_tools_copy_compiles_with_its_softmax_under_p_v():
+    # benchmarks/trace_tile_phases.py times the steps of a key tile in a stamped copy of
+    # the persistent kernel: that copy must compile, and its stamps must leave the
+    # softmax where the kernel has it (under P·V), or the steps it reports are not the
+    # kernel's. A subprocess: the compile-only driver replaces triton's for the process.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run([sys.executable, "-c", PHASED_COMPILE], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=600, check=False)  # fmt: skip
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"no report (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    row = json.loads(lines[-1])
+    assert row["spill_st"] == 0 and row["spill_ld"] == 0, row
+    if row["exp_under_pv"] is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("no cuobjdump (CUDA toolkit or triton) to read the SASS with")
+        pytest.skip("no cuobjdump to read the SASS with")
+    assert row["exp_under_pv"] >= 64, row

@@ -257,3 +257,51 @@ def _check_calls(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, variant: str
         gf.flash_attention_fwd(q, k, v, out=out, variant=variant, SPLIT_KEYS=1)
         yardstick.assert_rel(out)
         yardstick.assert_max(out)  # a wrong merge could stay local to one row block
+
+
+def test_the_phase_tool_still_patches_the_kernel():
+    # benchmarks/trace_tile_phases.py stamps the key-tile loop of trace_persistent's copy:
+    # every snippet it replaces is still there, once, and a missing one is named.
+    from benchmarks import trace_tile_phases
+
+    source = trace_tile_phases.tp.KERNEL.read_text()
+    phased = trace_tile_phases.phased_source(source)
+    assert phased.count(" = _clock()") == 7  # the zero, six stamps a key tile
+    assert phased.count("gl.atomic_add(ph_ptr + ") == len(trace_tile_phases.STEPS) + 1
+    with pytest.raises(ValueError, match="trace_tile_phases"):
+        trace_tile_phases.phased_source(source.replace("        m_i = m_new\n", "", 1))
+
+
+def test_the_phase_tool_refuses_a_case_whose_stamps_reach_its_words():
+    from benchmarks import trace_tile_phases
+
+    trace_tile_phases.check_fits((4, 16, 16, 2048, 64), 132)
+    # 16 x 16 x 32 row blocks: up to 65 a CTA, whose stamps pass word 96.
+    with pytest.raises(ValueError, match="up to 65 row blocks a CTA; the phases start at word 96"):
+        trace_tile_phases.check_fits((16, 16, 16, 4096, 64), 132)
+
+
+def test_the_phase_summary_gives_each_step_per_key_tile():
+    # Two CTAs, one row block each: warpgroup 0 spent (100, 400, 50, 1200, 250) cycles
+    # in 10 key tiles on one CTA and twice that in 20 on the other; warpgroup 1 the same
+    # but a softmax of 1000 a tile. Per key tile: 10, 40, 5, 120 (100), 25; 200 (180).
+    from benchmarks import trace_tile_phases
+
+    def cta(start: int, scale: int) -> list[int]:
+        words = [start, 0, 0, 1, start + 20_000, start + 20_500, 1, 0, start + 20_000, 16]
+        words += [0] * (trace_tile_phases.PHASE_WORDS - len(words))
+        for softmax in (1200, 1000):
+            steps = [100, 400, 50, softmax, 250]
+            words += [scale * s for s in steps] + [10 * scale, 0, 0]
+        return words + [0] * (256 - len(words))
+
+    record = {"shape": [1, 1, 1, 128, 64], "dtype": "bf16", "variant": "v", "split": 0,
+              "rel_err": 0.0, "ctas": [cta(1000, 1), cta(2000, 2)]}  # fmt: skip
+    steps = trace_tile_phases.per_tile(record)
+    assert steps[0] == {"turn": 10, "issue": 40, "Q·K^T wait": 5, "softmax": 120,
+                        "P·V wait + rescale": 25, "key tile": 200}  # fmt: skip
+    assert steps[1]["softmax"] == 100 and steps[1]["key tile"] == 180
+    text = trace_tile_phases.summary(record)
+    assert "warpgroup 0: 200 cycles a key tile: turn 10 (5%), issue 40 (20%)" in text
+    assert "softmax 100 (56%)" in text
+    assert "dealt before the runs (median, count): 20.00 (x2)" in text
