@@ -50,6 +50,12 @@ def _smid():  # type: ignore[no-untyped-def]
 
 
 @gluon.jit
+def _clock():  # type: ignore[no-untyped-def]  # the SM's cycles (trace_tile_phases.py)
+    return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64,
+                                     is_pure=False, pack=1)
+
+
+@gluon.jit
 def _attn_fwd_ws_persistent"""
 
 # (snippet of the kernel, what replaces it): a trace pointer through to the consumers,
@@ -97,28 +103,39 @@ SUBSTITUTIONS = [
 ]  # fmt: skip
 
 
-def traced_source(source: str) -> str:
-    """The kernel module's text with the trace stamps; ValueError names a snippet missed."""
-    for old, new in SUBSTITUTIONS:
+def substituted(source: str, substitutions: list[tuple[str, str]], tool: str) -> str:
+    """``source`` with each (snippet, replacement) applied; ValueError names a snippet
+    that is not there exactly once, and the ``tool`` to update."""
+    for old, new in substitutions:
         if source.count(old) != 1:
             raise ValueError(
                 f"{KERNEL.name}: expected the snippet {old!r} once, found it "
-                f"{source.count(old)} times; update benchmarks/trace_persistent.py"
+                f"{source.count(old)} times; update {tool}"
             )
         source = source.replace(old, new)
     return source
 
 
-def _traced_module() -> ModuleType:
-    # A file (gluon.jit reads its functions' source) outside the tree.
-    path = Path(tempfile.mkdtemp()) / "traced_gluon_flash_fwd.py"
-    path.write_text(traced_source(KERNEL.read_text()))
-    spec = importlib.util.spec_from_file_location("traced_gluon_flash_fwd", path)
+def traced_source(source: str) -> str:
+    """The kernel module's text with the trace stamps; ValueError names a snippet missed."""
+    return substituted(source, SUBSTITUTIONS, "benchmarks/trace_persistent.py")
+
+
+def module_of(text: str, name: str) -> ModuleType:
+    """A module of the kernel's changed ``text``, from a file outside the tree (gluon.jit
+    reads its functions' source)."""
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _traced_module() -> ModuleType:
+    return module_of(traced_source(KERNEL.read_text()), "traced_gluon_flash_fwd")
 
 
 def check_fits(shape: tuple[int, ...], ctas: int) -> None:
@@ -259,24 +276,31 @@ def parse_case(text: str) -> Case:
     return shape, fields[5], fields[6]
 
 
+def case_parser(doc: str, cases: int) -> argparse.ArgumentParser:
+    """The options both trace tools take: --out, --calls and --case (``cases``: how many
+    the tool traces by default)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--calls", type=int, default=20, help="launches before the traced one")
+    parser.add_argument(
+        "--case",
+        type=parse_case,
+        action="append",
+        help=f"B,Hq,Hkv,S,D,dtype,variant (repeatable; default: the {cases} in CASES)",
+    )
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--calls", type=int, default=20, help="launches before the traced one")
+    parser = case_parser(__doc__, len(CASES))
     parser.add_argument(
         "--repeats",
         type=int,
         default=1,
         help="traces per case and SPLIT_KEYS, in the order 0 1 1 0 0 1 ... (a drift in the"
         " GPU's clock then falls on both)",
-    )
-    parser.add_argument(
-        "--case",
-        type=parse_case,
-        action="append",
-        help="B,Hq,Hkv,S,D,dtype,variant (repeatable; default: the two in CASES)",
     )
     args = parser.parse_args(argv)
     if args.repeats < 1:

@@ -1,7 +1,7 @@
 """Where a key tile's time goes in the persistent Gluon kernel, per consumer warpgroup.
 
 Builds the traced copy of ``kernels/gluon_flash_fwd.py`` that ``trace_persistent.py``
-builds, and in its key-tile loop reads the SM's cycle counter (``%clock64``) between
+builds, and in its key-tile loop reads the SM's cycle counter (its ``_clock``) between
 the steps of each key tile after the first: waiting for the scheduler barrier's turn
 (ping-pong), waiting for K and V and issuing Q·K^T and P·V, waiting for Q·K^T, the
 softmax, and waiting for P·V with O's rescale and P's conversion. Each warpgroup adds
@@ -19,13 +19,9 @@ missed (tests/test_gluon_split.py checks that they still apply).
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
 import statistics
 import sys
-import tempfile
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -33,17 +29,6 @@ from benchmarks import trace_persistent as tp
 
 PHASE_WORDS = 96  # a CTA's trace words from here: 8 per warpgroup, (steps..., key tiles)
 STEPS = ("turn", "issue", "Q·K^T wait", "softmax", "P·V wait + rescale")
-
-_CLOCK = """
-
-@gluon.jit
-def _clock():  # type: ignore[no-untyped-def]
-    return gl.inline_asm_elementwise("mov.u64 $0, %clock64;", "=l", [], dtype=gl.int64,
-                                     is_pure=False, pack=1)
-
-
-@gluon.jit
-def _consumer_loop("""
 
 _SUMS = "".join(
     f'    gl.atomic_add(ph_ptr + {k}, a{k}, sem="relaxed", scope="cta")\n'
@@ -53,7 +38,6 @@ _SUMS = "".join(
 # (snippet, replacement), applied after trace_persistent's: a phase pointer from the
 # persistent consumer down to the key-tile loop, the stamps, the sums.
 SUBSTITUTIONS = [
-    ("\n\n@gluon.jit\ndef _consumer_loop(", _CLOCK),
     ("PINGPONG: gl.constexpr, LAZY: gl.constexpr, kb0=0):  # fmt: skip",
      "PINGPONG: gl.constexpr, LAZY: gl.constexpr, kb0, ph_ptr):  # fmt: skip"),
     ("    for j in range(1, n_tiles):\n        s = (it0 + j) % STAGES\n"
@@ -109,27 +93,13 @@ SUBSTITUTIONS = [
 def phased_source(source: str) -> str:
     """trace_persistent's traced text with the phase stamps; ValueError names a snippet
     missed (of either tool)."""
-    source = tp.traced_source(source)
-    for old, new in SUBSTITUTIONS:
-        if source.count(old) != 1:
-            raise ValueError(
-                f"{tp.KERNEL.name}: expected the snippet {old!r} once, found it "
-                f"{source.count(old)} times; update benchmarks/trace_tile_phases.py"
-            )
-        source = source.replace(old, new)
-    return source
+    return tp.substituted(
+        tp.traced_source(source), SUBSTITUTIONS, "benchmarks/trace_tile_phases.py"
+    )
 
 
 def _phased_module() -> ModuleType:
-    # A file (gluon.jit reads its functions' source) outside the tree.
-    path = Path(tempfile.mkdtemp()) / "phased_gluon_flash_fwd.py"
-    path.write_text(phased_source(tp.KERNEL.read_text()))
-    spec = importlib.util.spec_from_file_location("phased_gluon_flash_fwd", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return tp.module_of(phased_source(tp.KERNEL.read_text()), "phased_gluon_flash_fwd")
 
 
 def check_fits(shape: tuple[int, ...], ctas: int) -> None:
@@ -181,15 +151,7 @@ CASES: list[tp.Case] = [
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--calls", type=int, default=20, help="launches before the traced one")
-    parser.add_argument(
-        "--case",
-        type=tp.parse_case,
-        action="append",
-        help="B,Hq,Hkv,S,D,dtype,variant (repeatable; default: the three in CASES)",
-    )
+    parser = tp.case_parser(__doc__, len(CASES))
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("trace_tile_phases.py: needs an sm_90 GPU (Hopper)", file=sys.stderr)
