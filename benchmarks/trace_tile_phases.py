@@ -131,9 +131,9 @@ def per_tile(record: dict[str, Any]) -> dict[int, dict[str, float]]:
 
 
 def summary(record: dict[str, Any]) -> str:
-    lines = [tp.summary(record).splitlines()[0]]
-    dealt = tp.summary(record).splitlines()[3].strip()
-    lines.append(f"  {dealt}")
+    # The record's line and its whole row blocks' time, from the timeline's summary.
+    timeline = tp.summary(record).splitlines()
+    lines = [timeline[0], *(line for line in timeline if "a whole row block" in line)]
     for wg, steps in per_tile(record).items():
         total = steps["key tile"]
         parts = ", ".join(f"{step} {steps[step]:.0f} ({steps[step] / total:.0%})" for step in STEPS)
