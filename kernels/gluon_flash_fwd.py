@@ -538,16 +538,20 @@ def _runs(n_m, heads, batch, n_kb):  # type: ignore[no-untyped-def]
 
 
 @gluon.jit
+def _share(n):  # type: ignore[no-untyped-def]
+    # This CTA's count of n things dealt round-robin over the grid.
+    return gl.cdiv(n - gl.program_id(0), gl.num_programs(0))
+
+
+@gluon.jit
 def _dealt(n_m, heads, batch, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):  # type: ignore[no-untyped-def]
     # Without SPLIT: this CTA's count of whole row blocks, dealt round-robin, or causal
-    # and PAIRED in units of two (_paired_units).
-    ctas = gl.num_programs(0)
-    p = gl.program_id(0)
+    # and PAIRED in units (_paired_units): two row blocks a unit of two, one a unit of one.
     if CAUSAL and PAIRED:
         doubles, units = _paired_units(n_m, heads, batch)
-        count = (doubles - p + ctas - 1) // ctas + (units - p + ctas - 1) // ctas
+        count = _share(doubles) + _share(units)
     else:
-        count = gl.cdiv(n_m * heads * batch - p, ctas)
+        count = _share(n_m * heads * batch)
     return count
 
 
@@ -572,7 +576,7 @@ def _block_of(i, n_m, heads, batch, group, CAUSAL: gl.constexpr, PAIRED: gl.cons
     if CAUSAL and PAIRED:
         half = n_m // 2
         doubles, _ = _paired_units(n_m, heads, batch)
-        pairs_here = (doubles - p + ctas - 1) // ctas  # this CTA's units of two
+        pairs_here = _share(doubles)  # this CTA's units of two
         if i < 2 * pairs_here:
             u = p + (i // 2) * ctas
             j = u % gl.maximum(half, 1)
