@@ -59,11 +59,13 @@ from guard.decide import policy
 from guard.decide.compare import Comparison, compare_runs
 from guard.decide.merge import merged_outcome as merge_outcome
 from guard.decide.outcome import CaseProfile, CheckVerdict, Outcome, ShardInfo
+from guard.measure import build_cache
+from guard.measure import env as guard_env
 from guard.measure.proc import local_kernels_root
 from guard.measure.runner import Arm
 from guard.report import render, terminal
 from guard.store import results
-from guard.store.suite import Suite, load_suite
+from guard.store.suite import Suite, load_suite, surface_named
 
 OUTCOME_FILE = "meta.json"  # the name the comment workflow looks for in the artifact
 MAX_EVENT_BYTES = 25 * 1024 * 1024  # GitHub caps a webhook payload (the event file) at 25 MB
@@ -282,6 +284,12 @@ def _suite_at(ref: str, relpath: str) -> Suite:
     with tempfile.TemporaryDirectory(prefix="guard-suite-") as tmp:
         path = Path(tmp) / Path(relpath).name
         path.write_text(committed, "utf-8")
+        # The surface file the committed suite names, as committed beside it.
+        surface = surface_named(committed)
+        if surface:
+            text_at = core.show_at(ref, (Path(relpath).parent / surface).as_posix())
+            if text_at is not None:
+                (Path(tmp) / surface).write_text(text_at, "utf-8")
         suite = load_suite(path)
     return replace(suite, source=f"{relpath}@{ref[:12]}")
 
@@ -344,7 +352,10 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str],
     checked out in a temporary worktree and this checkout is the candidate. Either way
     the suite is the base commit's."""
     opts = core.MeasureOptions(
-        device=args.device, time_identical=args.time_identical, gpus=cli_merge.round_lanes(args)
+        device=args.device,
+        time_identical=args.time_identical,
+        gpus=cli_merge.round_lanes(args),
+        surface=args.surface,
     )
     with contextlib.ExitStack() as stack:
         if args.candidate_tree:
@@ -361,6 +372,22 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str],
             base_arm = Arm("baseline", str(tree), base[:12])
             cand_arm = Arm("candidate", None, "working tree")
         changes = policy_changes(suite, theirs, pr_tree)
+        covered = coverage_notes(suite)
+        if args.candidate_tree or args.trusted_cache:
+            # A cache of each tree's own, each a copy of the trusted one: nothing the PR's
+            # code builds or writes is loaded by the base's workers.
+            trusted = build_cache.check_trusted(args.trusted_cache) if args.trusted_cache else None
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="guard-caches-"))
+            t0 = time.monotonic()
+            envs = build_cache.arm_caches(folder, trusted)
+            base_arm, cand_arm = replace(base_arm, env=envs[0]), replace(cand_arm, env=envs[1])
+            seeded = f"copies of {trusted}" if trusted else "empty (no --trusted-cache)"
+            print(
+                f"[perf-guard] compile caches: one per tree, {seeded} "
+                f"({time.monotonic() - t0:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
         if args.kernels:
             suite = suite.select(args.kernels)
         if args.shard:  # this runner's share, balanced by time in this GPU's baseline
@@ -371,14 +398,51 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str],
             suite, opts = shard.suite, replace(opts, family=shard.family)
         progress = terminal.ProgressPrinter(prefix="[perf-guard]")
         started = time.monotonic()
+        # kernels/ is all a tree contributes: one git tree in both needs no measuring.
+        same = "" if args.time_identical else _same_kernels(base_arm, cand_arm)
         try:
-            comparison = core.compare_arms(suite, base_arm, cand_arm, opts=opts, progress=progress)
+            if same:
+                device = guard_env.pick_device(args.device)[0]
+                comparison = core.identical_trees(suite, (base_arm, cand_arm), same, device)
+            else:
+                comparison = core.compare_arms(
+                    suite, base_arm, cand_arm, opts=opts, progress=progress
+                )
         finally:
             progress.close()
         args.measured_s = time.monotonic() - started  # main() says where the wall time went
+        comparison = replace(comparison, notes=(*comparison.notes, *covered))
         roots = [Path(a.kernels_root or local_kernels_root()) for a in (base_arm, cand_arm)]
         return comparison, changes, _profiles(comparison, *roots)
     raise AssertionError("unreachable")  # pragma: no cover  (the with block returns)
+
+
+def _same_kernels(base_arm: Arm, cand_arm: Arm) -> str:
+    """The git tree of ``kernels/`` when base and candidate hold the same one ("" when
+    not, or when git cannot tell: then the check measures). The candidate's folder must
+    hold exactly that tree (no file modified, untracked or ignored); the judge's may
+    hold its own bytecode caches."""
+    if base_arm.kernels_root is None:  # judge mode: this checkout is the base
+        base_tree = core.kernels_tree(".", ignored_count=False)
+    else:  # a worktree of the base commit
+        base_tree = core.kernels_tree(base_arm.kernels_root, ignored_count=False)
+    if cand_arm.kernels_root is None:  # a local run: this working tree is the candidate
+        cand_tree = core.kernels_tree(".", ignored_count=False)
+    else:
+        cand_tree = core.kernels_tree(cand_arm.kernels_root)
+    return base_tree if base_tree and base_tree == cand_tree else ""
+
+
+def coverage_notes(suite: Suite) -> tuple[str, ...]:
+    """The suite's launch-path coverage of each gated kernel, a line each (the judge's
+    kernels and surface); a problem computing it is a note too, never fatal."""
+    from guard.measure import coverage
+
+    try:
+        lines = [k.line() for k in coverage.coverage(suite)]
+    except Exception as exc:
+        return (f"launch-path coverage not computed: {type(exc).__name__}: {exc}",)
+    return tuple(f"coverage: {line}" for line in lines)
 
 
 def write_reports(
@@ -575,6 +639,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--time-identical",
         action="store_true",
         help="time cases whose kernel is identical in base and head too",
+    )
+    p.add_argument(
+        "--trusted-cache",
+        metavar="DIR",
+        help="a compile cache built by a trusted job on main (guard warm-cache DIR): each "
+        "tree's workers start from a copy of it; it is never written",
+    )
+    p.add_argument(
+        "--surface",
+        choices=core.SURFACE_MODES,
+        default="changed",
+        help="the suite's surface cases to add: those whose compiled kernels or launches "
+        "differ between base and head (changed, the default), all, or none",
     )
     p.add_argument(
         "--shard",

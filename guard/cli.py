@@ -17,7 +17,7 @@ from typing import Any
 
 from guard import cli_merge, cli_publish, cli_report, core
 from guard.base import text
-from guard.base.errors import GuardError
+from guard.base.errors import ExitCode, GuardError
 from guard.decide.compare import Comparison, no_gated_checked, run_verdict
 from guard.decide.outcome import CheckVerdict
 from guard.measure.runner import ProgressFn
@@ -99,6 +99,7 @@ def _opts(args: argparse.Namespace) -> core.MeasureOptions:
         time_identical=getattr(args, "time_identical", False),
         time_controls=getattr(args, "time_controls", False),
         gpus=cli_merge.round_lanes(args),
+        surface=getattr(args, "surface", None) or "changed",
     )
 
 
@@ -120,12 +121,47 @@ def _fallback_note(run: results.RunResult) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.coverage:
+        return _list_coverage(args)
     rows = core.list_cases(_suite(args), args.device)
     if args.json:
         terminal.emit_json([{"id": i, "kernel": k, "availability": a} for i, k, a in rows])
     else:
         terminal.print_table(["case", "kernel", "availability"], [list(r) for r in rows])
     return 0
+
+
+def _list_coverage(args: argparse.Namespace) -> int:
+    """``guard list --coverage``: each gated kernel's launch paths, and those that no
+    case of the suite or its surface runs (exit 1 when there are any)."""
+    from guard.measure import coverage
+
+    kernels_ = coverage.coverage(_suite(args), args.arch)
+    if args.json:
+        terminal.emit_json(
+            [
+                {
+                    "kernel": k.kernel,
+                    "arch": k.arch,
+                    "paths": sorted(k.paths),
+                    "run_by_cases": sorted(k.by_cases & k.paths),
+                    "run_with_surface": sorted(k.by_surface & k.paths),
+                    "missing": list(k.missing),
+                }
+                for k in kernels_
+            ]
+        )
+    else:
+        rows = [
+            [k.kernel, path, "case" if path in k.by_cases else "surface" if path in k.by_surface
+             else "MISSING"]
+            for k in kernels_
+            for path in sorted(k.paths)
+        ]  # fmt: skip
+        terminal.print_table(["kernel", "launch path", "run by"], rows)
+        for k in kernels_:
+            print(k.line())
+    return 1 if any(k.missing for k in kernels_) else 0
 
 
 def _finish_run(args: argparse.Namespace, run: results.RunResult) -> None:
@@ -393,6 +429,34 @@ def cmd_baseline_refresh(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_warm_cache(args: argparse.Namespace) -> int:
+    suite = _suite(args)
+    progress = terminal.ProgressPrinter(not args.quiet)
+    try:
+        outcome = core.warm_cache(suite, args.dest, opts=_opts(args), progress=progress)
+    finally:
+        progress.close()
+    lines = [
+        f"trusted cache written: {outcome.path} ({outcome.cases} case(s), {outcome.seconds:.0f} s)",
+        *(f"failed to build: {f}" for f in outcome.failed),
+    ]
+    if outcome.resources:
+        lines.append(f"compiler resources not cached: {outcome.resources}")
+    if args.json:
+        terminal.emit_json(
+            {
+                "path": str(outcome.path),
+                "cases": outcome.cases,
+                "failed": list(outcome.failed),
+                "resources": outcome.resources,
+                "seconds": outcome.seconds,
+            }
+        )
+    else:
+        print("\n".join(text.one_line(line) for line in lines))
+    return int(ExitCode.INFRA) if outcome.failed else 0
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -442,6 +506,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list the suite's cases and where each kernel can run")
     _common(p, measure=False)
+    p.add_argument(
+        "--coverage",
+        action="store_true",
+        help="list each gated kernel's launch paths and the case or surface case that runs "
+        "it; exit 1 when one is run by none",
+    )
+    p.add_argument("--arch", default="sm_90", help="the GPU arch of --coverage's paths")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("check", help="correctness only")
@@ -471,6 +542,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", metavar="FILE", help="BASELINE CANDIDATE")
     _common(p)
     p.add_argument("--against", metavar="REF", help="measure this git ref as the baseline")
+    p.add_argument(
+        "--surface",
+        choices=core.SURFACE_MODES,
+        default="changed",
+        help="with --against: the suite's surface cases to add: those whose compiled "
+        "kernels or launches differ between REF and this tree (changed), all, or none",
+    )
     p.add_argument("--baseline", metavar="FILE", help="a baseline file to compare with")
     p.add_argument(
         "--baseline-ref",
@@ -509,6 +587,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     cli_merge.add_parser(sub)
+
+    p = sub.add_parser(
+        "warm-cache",
+        help="build every case of the suite and its surface into a trusted compile cache",
+        description="For a trusted job on main (nightly, baseline refresh): build this "
+        "tree's kernels for every case of the suite and its surface, and their compiler "
+        "resources, into a fresh cache, then replace DEST with it whole. The PR check "
+        "reads it (python -m guard.ci --trusted-cache DEST), copying it for each tree, and "
+        "never writes it.",
+    )
+    p.add_argument("dest", type=Path, metavar="DEST", help="the cache folder to (re)write")
+    p.add_argument("--suite", default=str(core.DEFAULT_SUITE), help="suite YAML file")
+    p.add_argument("--kernels", nargs="+", metavar="NAME", help="only these kernels")
+    p.add_argument("--cases", nargs="+", metavar="NAME", help="only these workloads")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    p.add_argument("--fault-module", action="append", help=argparse.SUPPRESS)
+    p.add_argument("--worker-path", action="append", help=argparse.SUPPRESS)
+    p.set_defaults(func=cmd_warm_cache)
 
     p = sub.add_parser("baseline", help="manage baselines")
     bsub = p.add_subparsers(dest="baseline_command", required=True)

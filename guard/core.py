@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -34,8 +35,8 @@ from guard.measure import env as guard_env
 from guard.measure.proc import kill_running_groups, local_kernels_root
 from guard.measure.runner import Arm, ProgressFn, Session, _noop
 from guard.store import results
-from guard.store.results import OK, RunResult
-from guard.store.suite import Suite, TimingPlan, flops, load_suite
+from guard.store.results import OK, UNAVAILABLE, CaseResult, RunResult
+from guard.store.suite import Case, Suite, TimingPlan, flops, load_suite
 
 if TYPE_CHECKING:
     from guard.measure.resources import ResourceReport
@@ -91,6 +92,12 @@ class MeasureOptions:
     # GPUs of this host to deal the timing rounds over (each a CUDA_VISIBLE_DEVICES
     # value; None on a CPU): ``runner.Session``'s lanes. (): the devices this process sees.
     gpus: tuple[str | None, ...] = ()
+    # A paired comparison's surface (``Suite.surface``): "changed" adds the surface cases
+    # whose fingerprints differ between the arms (``select_surface``), "all" every one,
+    # "none" none.
+    surface: str = "changed"
+    # Processes per arm that probe the surface at once (nothing is timed there).
+    probe_workers: int = 0  # 0: by this machine's cores (``probe_workers``)
 
 
 @dataclass(frozen=True)
@@ -144,9 +151,11 @@ def shard_suite(
         )
     mine = set(shard_mod.shard_of(ids, shard_costs(suite, baseline), spec))
     cases = tuple(c for c in suite.cases if c.id in mine)
+    # The surface is dealt out too, so that each shard probes (and adds) its own share.
+    surface = suite.extra_surface()[spec.index - 1 :: spec.count]
     return Shard(
         spec,
-        replace(suite, cases=cases, full_hash=suite.hash),
+        replace(suite, cases=cases, full_hash=suite.hash, surface=surface),
         {cid: i for i, cid in enumerate(ids)},
         sum(1 for c in suite.cases if c.gate),
     )
@@ -513,7 +522,10 @@ def compare_with_baseline(
             names = sorted({c.split("/", 1)[1] for c in regressed})
             kernels_ = sorted({c.split("/", 1)[0] for c in regressed})
             confirm = compare_against(
-                suite.select(kernels_, names), confirm_ref, opts=opts, progress=progress
+                suite.select(kernels_, names),
+                confirm_ref,
+                opts=replace(opts, surface="none"),
+                progress=progress,
             )
             comparison = replace_cases(comparison, confirm)
         return CompareOutcome(comparison.candidate, comparison)
@@ -575,6 +587,170 @@ def compare_against(
         )
 
 
+SURFACE_MODES = ("changed", "all", "none")
+MAX_REASON_PARTS = 3  # launches named in one case's reason
+
+
+@dataclass(frozen=True)
+class SurfaceChoice:
+    """The surface cases a paired comparison adds, and why each."""
+
+    mode: str
+    probed: int  # surface cases probed (0: none, or mode "all")
+    added: tuple[Case, ...] = ()
+    reasons: tuple[tuple[str, str], ...] = ()  # (case id, why it was added)
+    notes: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    def summary(self) -> tuple[str, ...]:
+        """The notes a comparison carries: what was added and why, in a few lines."""
+        if self.mode == "none" or (not self.probed and not self.added and not self.notes):
+            return ()
+        if self.mode == "all":
+            head = f"surface: all {len(self.added)} case(s) added"
+        else:
+            head = (
+                f"surface: {len(self.added)} of {self.probed} case(s) added, whose compiled "
+                f"kernels or launches differ between the trees (probed in {self.seconds:.0f} s)"
+            )
+        lines = [head]
+        lines += [f"surface: {cid} added: {why}" for cid, why in self.reasons]
+        return (*lines, *self.notes)
+
+
+def probe_workers(opts: MeasureOptions) -> int:
+    """Processes per arm for a probe: a quarter of the cores, 1 to 4."""
+    if opts.probe_workers:
+        return opts.probe_workers
+    return max(1, min(4, (os.cpu_count() or 1) // 4))
+
+
+def _changed_parts(base: dict[str, str], head: dict[str, str]) -> str:
+    """Which launches of a case differ between two probes' parts, in words."""
+    changed = [k for k in head if k in base and base[k] != head[k]]
+    new = [k for k in head if k not in base]
+    gone = [k for k in base if k not in head]
+    words = []
+    for verb, names in (("changed", changed), ("new", new), ("no longer", gone)):
+        if names:
+            shown_ = "; ".join(names[:MAX_REASON_PARTS])
+            more = f" (+{len(names) - MAX_REASON_PARTS})" if len(names) > MAX_REASON_PARTS else ""
+            words.append(f"{verb}: {shown_}{more}")
+    return ", ".join(words) or "its fingerprint differs"
+
+
+def surface_reason(base: CaseResult, head: CaseResult, parts: tuple[dict[str, str], ...]) -> str:
+    """Why a probed surface case must be measured ("" when it need not): it fails in one
+    tree only, its fingerprint is unknown, or its launches differ."""
+    if base.status != OK or head.status != OK:
+        if base.status == head.status == UNAVAILABLE:
+            return ""
+        if head.status != OK and base.status != OK:
+            return ""  # the base's failure too: a note, not the PR's to measure
+        which, case = ("head", head) if head.status != OK else ("base", base)
+        return f"{case.status} in the {which} only: {case.reason}"
+    if not base.fingerprint or not head.fingerprint:
+        return "fingerprint unknown (the profiler could not be read)"
+    if base.fingerprint == head.fingerprint:
+        return ""
+    return _changed_parts(*parts)
+
+
+def select_surface(
+    suite: Suite, arms: tuple[Arm, Arm], opts: MeasureOptions, progress: ProgressFn = _noop
+) -> SurfaceChoice:
+    """The surface cases to add to a paired comparison of ``arms`` (``opts.surface``):
+    every one, none, or those whose fingerprints differ, each case probed by one call in
+    each tree (``Session.probe``)."""
+    extra = suite.extra_surface()
+    if opts.surface == "none" or not extra:
+        return SurfaceChoice(opts.surface, 0)
+    if opts.surface == "all":
+        return SurfaceChoice("all", 0, extra)
+    surface = suite.with_cases(extra)
+    started = time.monotonic()
+    with _session(surface, opts, progress, arms) as session:
+        session.probe(probe_workers(opts))
+        res = session.results()
+        states = {a.name: session.states[a.name] for a in arms}
+    base, head = res[arms[0].name], res[arms[1].name]
+    head_by_id = {c.id: c for c in head.cases}
+    added, reasons, failing = [], [], []
+    for b in base.cases:
+        h = head_by_id[b.id]
+        parts = (states[arms[0].name][b.id].parts, states[arms[1].name][b.id].parts)
+        why = surface_reason(b, h, parts)
+        if why:
+            added.append(b.case)
+            reasons.append((b.id, why))
+        elif b.status != OK and h.status != OK and UNAVAILABLE not in (b.status, h.status):
+            failing.append(f"{b.id} ({b.status}: {b.reason})")
+    notes: tuple[str, ...] = ()
+    if failing:
+        notes = (f"surface: fails in both trees, not measured: {', '.join(failing[:5])}",)
+    return SurfaceChoice(
+        "changed", len(extra), tuple(added), tuple(reasons), notes, time.monotonic() - started
+    )
+
+
+def _git_out(tree: str | Path, *args: str) -> str | None:
+    """``git -C tree ARGS``'s output, None when git fails (not a checkout, say)."""
+    try:
+        proc = subprocess.run(
+            ["git", "-C", str(tree), *args], capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def kernels_tree(tree: str | Path, commit: str = "HEAD", *, ignored_count: bool = True) -> str:
+    """The git tree id of ``commit:kernels`` in the checkout ``tree``, when the files
+    under ``kernels/`` are exactly that tree's ("" otherwise, or when git cannot say):
+    no file modified, none untracked, and with ``ignored_count`` none ignored either (a
+    pull request's fresh checkout has none; a judge's own ``__pycache__`` does not count)."""
+    sha = _git_out(tree, "rev-parse", "--verify", "--quiet", f"{commit}:kernels")
+    if not sha or _git_out(tree, "rev-parse", "--verify", "--quiet", "HEAD") is None:
+        return ""
+    if commit != "HEAD" and sha != _git_out(tree, "rev-parse", "--verify", "HEAD:kernels"):
+        return ""  # the working tree is not at that commit's kernels
+    flags = ["--porcelain", "--untracked-files=all"] + (["--ignored"] if ignored_count else [])
+    status = _git_out(tree, "status", *flags, "--", "kernels")
+    return sha if status == "" else ""
+
+
+IDENTICAL_TREES = "identical kernels/: the same git tree in both"
+
+
+def identical_trees(suite: Suite, arms: tuple[Arm, Arm], tree: str, device: str) -> Comparison:
+    """The comparison of two trees whose ``kernels/`` are one git tree: every case is the
+    same code in both (only ``kernels/`` is imported from a tree), so each is identical
+    by a fingerprint of that tree, decided without starting a worker."""
+    env = guard_env.collect(device, "" if device == "cuda" else "no GPU asked for")
+    runs = []
+    for arm in arms:
+        cases = tuple(
+            CaseResult(c, OK, reason=IDENTICAL_TREES, fingerprint=f"tree:{tree}")
+            for c in suite.cases
+        )
+        runs.append(
+            RunResult(
+                schema_version=results.SCHEMA_VERSION,
+                created=results.now_iso(),
+                suite_name=suite.name,
+                suite_hash=suite.hash,
+                environment=env,
+                cases=cases,
+                label=arm.label or arm.name,
+            )
+        )
+    comparison = compare_runs(
+        runs[0], runs[1], alpha=suite.timing.alpha, plan=suite.timing, paired=True
+    )
+    note = f"kernels/ is the same git tree in both ({tree[:12]}): decided without measuring"
+    return replace(comparison, notes=(note, *comparison.notes))
+
+
 @_unwinds_on_sigterm
 def compare_arms(
     suite: Suite,
@@ -590,8 +766,11 @@ def compare_arms(
     The PR check runs this from the base commit's checkout (the judge) with the PR's
     tree as the candidate: only ``kernels/`` comes from the PR."""
     arms = (replace(baseline, name="baseline"), replace(candidate, name="candidate"))
+    surface = select_surface(suite, arms, opts, progress)
+    suite = suite.with_cases((*suite.cases, *surface.added))
     with _session(suite, opts, progress, arms) as session:
-        return _compare_in(session, opts, arms)
+        comparison = _compare_in(session, opts, arms)
+    return replace(comparison, notes=(*surface.summary(), *comparison.notes))
 
 
 def _compare_in(session: Session, opts: MeasureOptions, arms: tuple[Arm, Arm]) -> Comparison:
@@ -600,12 +779,23 @@ def _compare_in(session: Session, opts: MeasureOptions, arms: tuple[Arm, Arm]) -
     suite = session.suite
     session.check()
     roots = [a.kernels_root or local_kernels_root() for a in arms]
-    # Both trees compile for their resources (CPU only, niced) while the GPU measures.
-    compiling = ResourceCompile(suite, roots[0], roots[1])
 
     def pair() -> tuple[RunResult, RunResult]:
         res = session.results()
         return res["baseline"], res["candidate"]
+
+    # Both trees compile for their resources (CPU only, niced) while the GPU measures:
+    # the cases whose kernels differ (an identical one has the same resources).
+    base_prints = {c.id: c.fingerprint for c in pair()[0].cases}
+    differ = tuple(
+        c for c in pair()[1].cases if not (c.fingerprint and c.fingerprint == base_prints[c.id])
+    )
+    compiling = ResourceCompile(
+        suite.with_cases(tuple(c.case for c in differ)),
+        roots[0],
+        roots[1],
+        envs=(arms[0].env, arms[1].env),
+    )
 
     try:
         if _gated_checked(pair()) or opts.time_controls:
@@ -628,6 +818,63 @@ def _compare_in(session: Session, opts: MeasureOptions, arms: tuple[Arm, Arm]) -
     return compiling.apply(comparison)
 
 
+@dataclass(frozen=True)
+class WarmOutcome:
+    """A trusted compile cache built: where, of how many cases, what failed to build."""
+
+    path: Path
+    cases: int
+    failed: tuple[str, ...]  # "case id: why"
+    resources: str  # "" when the compiler resources were built, else why not
+    seconds: float
+
+
+@_unwinds_on_sigterm
+def warm_cache(
+    suite: Suite,
+    dest: str | Path,
+    opts: MeasureOptions = MeasureOptions(),
+    progress: ProgressFn = _noop,
+) -> WarmOutcome:
+    """Build this tree's kernels for every case of ``suite`` and its surface (one call
+    each: the probe) and their compiler resources into a fresh cache, then replace
+    ``dest`` with it whole (``build_cache.publish``): the trusted cache of a PR check,
+    built by a trusted job on main, never by a PR's."""
+    from guard.measure import build_cache, resources
+
+    started = time.monotonic()
+    folder = build_cache.staging(dest)
+    try:
+        env = build_cache.env_for(folder)
+        everything = suite.with_cases((*suite.cases, *suite.extra_surface()))
+        arm = Arm("candidate", None, "trusted cache", env=env)
+        with _session(everything, opts, progress, (arm,)) as session:
+            session.probe(probe_workers(opts))
+            run = session.results()["candidate"]
+        failed = tuple(
+            f"{c.id}: {c.reason}" for c in run.cases if c.status not in (OK, UNAVAILABLE)
+        )
+        problem = ""
+        with tempfile.TemporaryDirectory(prefix="guard-suite-") as tmp:
+            import yaml
+
+            suite_file = Path(tmp) / "suite.yaml"
+            suite_file.write_text(yaml.safe_dump(everything.document(), sort_keys=False), "utf-8")
+            try:
+                resources.collect_in_tree(
+                    local_kernels_root(), suite_file, RESOURCE_ARCHES, 1800, env=dict(env)
+                )
+            except GuardError as exc:
+                problem = shown(str(exc))
+        build_cache.publish(folder, dest)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return WarmOutcome(
+        Path(dest), len(everything.cases), failed, problem, time.monotonic() - started
+    )
+
+
 RESOURCE_ARCHES = ("sm_90",)  # compiled on the CPU for the notes of a paired comparison
 
 
@@ -644,6 +891,7 @@ class ResourceCompile:
         base_root: str,
         head_root: str,
         arches: Sequence[str] = RESOURCE_ARCHES,
+        envs: tuple[tuple[tuple[str, str], ...], ...] = ((), ()),
     ) -> None:
         from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -655,28 +903,30 @@ class ResourceCompile:
         self._futures: tuple[Future[resources.ResourceReport], ...] = ()
         self._tmp = tempfile.TemporaryDirectory(prefix="guard-suite-")
         self._pool = ThreadPoolExecutor(max_workers=2)  # two child processes at once
-        suite_file = suite.source
-        if not suite_file or not Path(suite_file).is_file():
-            # A suite read from a commit (guard.ci --base: "suites/default.yaml@<sha>")
-            # has no file here: the child reads the same parsed YAML from a copy.
-            if not suite.raw:
-                self._problem = f"the suite {shown(suite.source)} has no file to compile from"
-                return
-            suite_file = str(Path(self._tmp.name) / "suite.yaml")
-            try:
-                Path(suite_file).write_text(yaml.safe_dump(suite.raw, sort_keys=False), "utf-8")
-            except (OSError, yaml.YAMLError) as exc:
-                self._problem = f"cannot copy the suite {shown(suite.source)}: {exc}"
-                return
+        if not suite.cases:  # every kernel identical in both trees: nothing to compile
+            return
+        if not suite.raw:
+            self._problem = f"the suite {shown(suite.source)} has no file to compile from"
+            return
+        # The child reads exactly these cases (surface cases among them) from a copy.
+        suite_file = str(Path(self._tmp.name) / "suite.yaml")
+        try:
+            Path(suite_file).write_text(yaml.safe_dump(suite.document(), sort_keys=False), "utf-8")
+        except (OSError, yaml.YAMLError) as exc:
+            self._problem = f"cannot copy the suite {shown(suite.source)}: {exc}"
+            return
         kernels_ = sorted({c.kernel for c in suite.cases})
         ids = [c.id for c in suite.cases]  # not every kernel x name: a shard is a set of ids
 
-        def collect(root: str) -> resources.ResourceReport:
+        def collect(root: str, env: tuple[tuple[str, str], ...]) -> resources.ResourceReport:
             return resources.collect_in_tree(
-                root, suite_file, arches, 300, kernels=kernels_, case_ids=ids
+                root, suite_file, arches, 300, kernels=kernels_, case_ids=ids, env=dict(env)
             )
 
-        self._futures = tuple(self._pool.submit(collect, root) for root in (base_root, head_root))
+        self._futures = tuple(
+            self._pool.submit(collect, root, env)
+            for root, env in zip((base_root, head_root), envs, strict=True)
+        )
 
     def cancel(self) -> None:
         """End both children (their process groups) and the pool."""
@@ -698,6 +948,8 @@ class ResourceCompile:
         try:  # cancel: a Ctrl-C or SIGTERM here must not wait out the children's timeout
             if self._problem:
                 return unavailable(self._problem)
+            if not self._futures:
+                return comparison
             base, head = self._futures[0].result(), self._futures[1].result()
         except GuardError as exc:
             return unavailable(shown(str(exc)))

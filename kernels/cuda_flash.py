@@ -227,6 +227,33 @@ def _sources_in(build_dir: Path, sources: Sequence[Path]) -> list[Path]:
     return [src / path.name for path in sources]
 
 
+BUILT_MARKER = "built"  # in a build directory: the extension there was built whole
+
+
+def _import_built(build_dir: Path, name: str) -> CudaFlashExtension | None:
+    """The extension a finished build left in ``build_dir`` (its marker names it),
+    imported as it is; None when there is none. A copy of a cache (a trusted one, in
+    another folder) loads without ninja, which would rebuild everything because the
+    build files record the folder they were written in."""
+    import importlib.machinery
+    import importlib.util
+
+    marker, built = build_dir / BUILT_MARKER, build_dir / f"{name}.so"
+    try:
+        if marker.read_text(encoding="utf-8").strip() != name or not built.is_file():
+            return None
+    except (OSError, UnicodeDecodeError):
+        return None
+    loader = importlib.machinery.ExtensionFileLoader(name, str(built))
+    spec = importlib.util.spec_from_file_location(name, built, loader=loader)
+    if spec is None:
+        return None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    found: CudaFlashExtension = module  # a pybind11 module
+    return found
+
+
 @functools.cache
 def load_extension(capability: tuple[int, int]) -> CudaFlashExtension:
     """Build (or reuse) and import the extension for one compute capability."""
@@ -235,6 +262,13 @@ def load_extension(capability: tuple[int, int]) -> CudaFlashExtension:
     flags = arch_flags(capability)
     build_dir = build_directory(capability)
     build_dir.mkdir(parents=True, exist_ok=True)
+    name = f"attn_guard_cuda_flash_{build_dir.name.split('-')[0]}"  # the hash
+    try:
+        ready = _import_built(build_dir, name)
+    except ImportError:
+        ready = None  # a damaged file: build it again
+    if ready is not None:
+        return ready
     sources: tuple[Path, ...] = SOURCES
     cflags: list[str] = []
     try:
@@ -243,7 +277,7 @@ def load_extension(capability: tuple[int, int]) -> CudaFlashExtension:
             flags = [*flags, *hopper_flags()]
             cflags = ["-DFLASH_SM90"]
         module: CudaFlashExtension = cpp_extension.load(
-            name=f"attn_guard_cuda_flash_{build_dir.name.split('-')[0]}",  # the hash
+            name=name,
             sources=[str(path) for path in _sources_in(build_dir, sources)],
             extra_cflags=cflags,
             extra_cuda_cflags=[*NVCC_FLAGS, *flags],
@@ -259,6 +293,12 @@ def load_extension(capability: tuple[int, int]) -> CudaFlashExtension:
             f"building the CUDA flash-attention extension for {_arch_tag(capability)} "
             f"in {build_dir} failed:\n{tail}"
         ) from exc
+    tmp = build_dir / f"{BUILT_MARKER}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(name + "\n", encoding="utf-8")
+        os.replace(tmp, build_dir / BUILT_MARKER)  # atomic: whole, or not there
+    except OSError:
+        pass  # a read-only cache: the next process builds (ninja finds it up to date)
     return module
 
 

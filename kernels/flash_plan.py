@@ -263,7 +263,7 @@ def gluon_config(
     buffers (``Q_BUFFERS``): hd 128 with 2 stages, 64 + 32 + 128 = 224 KB.
     ``GROUP_PAIRS`` (the per-tile grids: the one-warpgroup variants, "ws" and
     "ws-pingpong"; causal): (batch, head) pairs per group of the grid, 0 for the
-    launcher's choice (``gluon_flash_fwd._causal_group``).
+    launcher's choice (``causal_group``).
     Registers: 12 warps (two consumer warpgroups, the producer's warp rounded up to a
     warpgroup) share 64K registers. With maxnreg=168 triton gives the producer 24, the
     worker consumer 232 and the default-partition consumer the rest (248): FA3 uses
@@ -295,11 +295,11 @@ def gluon_config(
             cfg["Q_BUFFERS"] = 2
             # 1: non-causal, where the row blocks do not divide evenly among the CTAs,
             # cut the key tiles into equal runs instead (a row block cut in two is
-            # merged through a global workspace); see gluon_flash_fwd.split_runs.
+            # merged through a global workspace); see split_runs.
             cfg["SPLIT_KEYS"] = 0
             # Causal, from one round of row blocks to this many rounds: deal units of a
             # heavy and a light row block instead of row blocks heaviest first
-            # (gluon_flash_fwd.paired_deal); 0: never. H200, head_dim 128, 8 rounds
+            # (paired_deal); 0: never. H200, head_dim 128, 8 rounds
             # (docs/data/h200-2026-11-28/gluon-causal-paired-deal-1936.txt): 4-22% less
             # time from 256 to 1024 row blocks, level at 2048, 2.8% more at 4096.
             cfg["PAIRED_ROUNDS"] = 8
@@ -402,7 +402,7 @@ class Tier(NamedTuple):
 # ahead of it (0.904x against 0.947x at (4,32,4096,128)).
 # hd 64 causal from 256^2 and 256 tiles: the one-warpgroup kernel (FASTER's variant, below
 # its product), its grid in groups of (batch, head) pairs with the heaviest row blocks
-# first (kernels/gluon_flash_fwd._causal_group), H200 2026-11-28, side by side with cuDNN
+# first (kernels/flash_plan.causal_group), H200 2026-11-28, side by side with cuDNN
 # in 8 interleaved rounds (docs/data/h200-2026-11-28/gluon-causal-grid-order-1357.txt):
 # 0.699x at (4,16,16,512,64), 0.727x at (8,16,16,256,64), 0.942x at (16,16,16,512,64),
 # 0.798x at (4,32,8,512,64) GQA, where the Triton kernel took 0.956x, 1.103x, 1.173x and
@@ -455,6 +455,62 @@ def gluon_choice(head_dim: int, causal: bool, variant: str, overrides: Mapping[s
         overrides=tuple(sorted(overrides.items())),
         gluon_config=tuple(cfg.items()),
     )
+
+
+# ----------------------------------------------------------------------------------------
+# The Gluon launcher's host rules (pure: the launcher and the launch paths share them)
+# ----------------------------------------------------------------------------------------
+
+
+def causal_group(pairs: int, n_m: int, wanted: int, ctas_per_sm: int, sms: int) -> int:
+    """(batch, head) pairs per group of a causal per-tile grid (0: the plain order, a
+    head's row blocks together) of ``pairs`` pairs of ``n_m`` row blocks on ``sms`` SMs,
+    rounded down to a divisor of the pair count so that every group is whole."""
+    # `wanted` 0: measured on an H200 (docs/PERFORMANCE.md,
+    # "Causal one-warpgroup grid in groups" and "Causal per-tile grid in groups"). At
+    # most one CTA an SM: the order changes nothing. Up to about two waves: one group, so
+    # the first CTAs each SM takes mix heavy and light row blocks (in the plain order an
+    # SM of the one-warpgroup grid, four CTAs an SM, can take four of the same weight).
+    # More, with short pairs (under 16 row blocks): the plain order (the one-warpgroup
+    # grid grouped measured 3-13% slower). More, with long pairs: the one-warpgroup grid
+    # about 1024 CTAs a group, so that each group's last CTAs are light ones; the
+    # two-warpgroup grid (one CTA an SM; measured on pairs of 64 to 256 row blocks) 4
+    # pairs, so the last group's heaviest row blocks start long before the end (in the
+    # plain order the last head's start about one row block's time before the others end).
+    if not wanted:
+        ctas = pairs * n_m
+        if ctas <= sms:
+            return 0
+        if ctas <= 2 * ctas_per_sm * sms:
+            wanted = pairs
+        elif n_m < 16:
+            return 0
+        else:
+            wanted = 4 if ctas_per_sm == 1 else 1024 // n_m
+    group = max(1, min(pairs, wanted))
+    while pairs % group:
+        group -= 1
+    # The grid's third dimension takes at most 65535 groups.
+    return group if pairs // group <= 65535 else 0
+
+
+def split_runs(causal: bool, tiles: int, key_tiles: int, ctas: int) -> bool:
+    """Whether the persistent kernel ends on equal runs of key tiles (SPLIT_KEYS):
+    non-causal, more row blocks than CTAs and not a multiple of them (else each CTA has
+    the same whole row blocks already; with at least a round's row blocks in the runs,
+    a run spans a row block or more, so a row block is cut at most once), and the run
+    arithmetic within int32."""
+    return (
+        not causal and tiles > ctas and tiles % ctas != 0 and tiles * key_tiles * (ctas + 1) < 2**31
+    )
+
+
+def paired_deal(causal: bool, tiles: int, ctas: int, rounds: int) -> bool:
+    """Whether the persistent kernel deals causal row blocks in units of a heavy and a
+    light one (PAIRED; ``_paired_units``): more than one round of them and at most
+    ``rounds`` (the config's ``PAIRED_ROUNDS``). More rounds: row blocks heaviest first,
+    whose last rounds are light ones, where a unit of two is a coarse last round."""
+    return causal and ctas < tiles <= rounds * ctas
 
 
 # ----------------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from kernels import flash_launch, flash_plan
 from kernels.flash_launch import PlanBase, Scalars
 from kernels.flash_plan import GLUON_HEAD_DIMS as SUPPORTED_HEAD_DIMS
-from kernels.flash_plan import VARIANTS, Choice, Env
+from kernels.flash_plan import VARIANTS, Choice, Env, causal_group, paired_deal, split_runs
 from kernels.flash_plan import gluon_config as config
 
 __all__ = ["SUPPORTED_HEAD_DIMS", "VARIANTS", "config", "flash_attention_fwd", "launch"]
@@ -1046,35 +1046,8 @@ def _l2_group(q: torch.Tensor, k: torch.Tensor, pairs: int) -> int:
 
 
 def _causal_group(q: torch.Tensor, n_m: int, wanted: int, ctas_per_sm: int) -> int:
-    # (batch, head) pairs per group of a causal per-tile grid (0: the plain order, a
-    # head's row blocks together), rounded down to a divisor of the pair count so that
-    # every group is whole. `wanted` 0: measured on an H200 (docs/PERFORMANCE.md,
-    # "Causal one-warpgroup grid in groups" and "Causal per-tile grid in groups"). At
-    # most one CTA an SM: the order changes nothing. Up to about two waves: one group, so
-    # the first CTAs each SM takes mix heavy and light row blocks (in the plain order an
-    # SM of the one-warpgroup grid, four CTAs an SM, can take four of the same weight).
-    # More, with short pairs (under 16 row blocks): the plain order (the one-warpgroup
-    # grid grouped measured 3-13% slower). More, with long pairs: the one-warpgroup grid
-    # about 1024 CTAs a group, so that each group's last CTAs are light ones; the
-    # two-warpgroup grid (one CTA an SM; measured on pairs of 64 to 256 row blocks) 4
-    # pairs, so the last group's heaviest row blocks start long before the end (in the
-    # plain order the last head's start about one row block's time before the others end).
-    pairs = q.shape[0] * q.shape[1]
-    if not wanted:
-        ctas, sms = pairs * n_m, _sm_count(q)
-        if ctas <= sms:
-            return 0
-        if ctas <= 2 * ctas_per_sm * sms:
-            wanted = pairs
-        elif n_m < 16:
-            return 0
-        else:
-            wanted = 4 if ctas_per_sm == 1 else 1024 // n_m
-    group = max(1, min(pairs, wanted))
-    while pairs % group:
-        group -= 1
-    # The grid's third dimension takes at most 65535 groups.
-    return group if pairs // group <= 65535 else 0
+    # flash_plan.causal_group for this call's (batch, head) pairs and GPU.
+    return causal_group(q.shape[0] * q.shape[1], n_m, wanted, ctas_per_sm, _sm_count(q))
 
 
 def _tile_grid(
@@ -1092,25 +1065,6 @@ def _tile_grid(
 @functools.cache
 def _l2_bytes_of(index: int) -> int:
     return int(torch.cuda.get_device_properties(index).L2_cache_size)
-
-
-def split_runs(causal: bool, tiles: int, key_tiles: int, ctas: int) -> bool:
-    """Whether the persistent kernel ends on equal runs of key tiles (SPLIT_KEYS):
-    non-causal, more row blocks than CTAs and not a multiple of them (else each CTA has
-    the same whole row blocks already; with at least a round's row blocks in the runs,
-    a run spans a row block or more, so a row block is cut at most once), and the run
-    arithmetic within int32."""
-    return (
-        not causal and tiles > ctas and tiles % ctas != 0 and tiles * key_tiles * (ctas + 1) < 2**31
-    )
-
-
-def paired_deal(causal: bool, tiles: int, ctas: int, rounds: int) -> bool:
-    """Whether the persistent kernel deals causal row blocks in units of a heavy and a
-    light one (PAIRED; ``_paired_units``): more than one round of them and at most
-    ``rounds`` (the config's ``PAIRED_ROUNDS``). More rounds: row blocks heaviest first,
-    whose last rounds are light ones, where a unit of two is a coarse last round."""
-    return causal and ctas < tiles <= rounds * ctas
 
 
 def _workspace(q: torch.Tensor, ctas: int) -> tuple[torch.Tensor, ...]:

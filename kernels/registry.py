@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 KernelFn = Callable[..., torch.Tensor]
 # (a suite case's params(), arch like "sm_90") -> resource records (see KernelSpec).
 ResourcesFn = Callable[[Mapping[str, Any], str], "list[ResourceRecord]"]
+# (a suite case's params(), arch) -> the launch path's label (see KernelSpec).
+PathFn = Callable[[Mapping[str, Any], str], str]
+# arch -> every launch path of the kernel there.
+EveryPathFn = Callable[[str], frozenset[str]]
 
 _HERE = Path(__file__).resolve().parent
 # What the three FlashAttention names share: the path chooser and configs, the wrappers.
@@ -44,6 +48,9 @@ class KernelSpec:
     ``guard.resources.KernelResources``: registers, spills, shared memory, warps,
     stages, grid, config, path); raises ``kernels.ptxas.ResourcesUnavailable`` when it
     cannot here. None: the kernel has no such report (torch's own kernels).
+    ``launch_path`` and ``every_path``: the path a workload takes on an arch (its
+    compiled kernel, config, host rule: ``kernels.launch_paths``), and all of them, so
+    that the guard can say which paths a suite leaves unrun. None: not listed.
     """
 
     name: str
@@ -53,6 +60,8 @@ class KernelSpec:
     source_files: tuple[str, ...] = ()
     accepts_out: bool = False
     resources: ResourcesFn | None = None
+    launch_path: PathFn | None = None
+    every_path: EveryPathFn | None = None
 
     def source_hash(self) -> str:
         """Hash of the kernel's own source files (part of the comparability record)."""
@@ -83,6 +92,20 @@ def _resources_from(module: str, attr: str = "resources") -> ResourcesFn:
         return hook(params, arch)
 
     return resources
+
+
+def _path_of(kernel: str) -> tuple[PathFn, EveryPathFn]:
+    def path(params: Mapping[str, Any], arch: str) -> str:
+        from kernels import launch_paths
+
+        return launch_paths.launch_path(kernel, params, arch)
+
+    def every(arch: str) -> frozenset[str]:
+        from kernels import launch_paths
+
+        return launch_paths.every_path(kernel, arch)
+
+    return path, every
 
 
 def _needs_cuda(device: str) -> str | None:
@@ -184,6 +207,8 @@ REGISTRY: dict[str, KernelSpec] = {
             source_files=("triton_flash.py", *_FLASH_SHARED),
             accepts_out=True,
             resources=_resources_from("kernels.triton_flash_resources"),
+            launch_path=_path_of("triton_flash")[0],
+            every_path=_path_of("triton_flash")[1],
         ),
         KernelSpec(
             name="gluon_flash",
@@ -193,6 +218,8 @@ REGISTRY: dict[str, KernelSpec] = {
             source_files=("gluon_flash_fwd.py", *_FLASH_SHARED),
             accepts_out=True,
             resources=_resources_from("kernels.triton_flash_resources", "gluon_resources"),
+            launch_path=_path_of("gluon_flash")[0],
+            every_path=_path_of("gluon_flash")[1],
         ),
         KernelSpec(
             name="flash_attention",
@@ -212,6 +239,8 @@ REGISTRY: dict[str, KernelSpec] = {
             source_files=("cuda_flash.py", "csrc"),
             accepts_out=False,
             resources=_resources_from("kernels.cuda_flash_resources"),
+            launch_path=_path_of("cuda_flash")[0],
+            every_path=_path_of("cuda_flash")[1],
         ),
     )
 }

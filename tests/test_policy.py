@@ -17,6 +17,8 @@ def _edited(tmp_path: Path, edit) -> object:
     edit(doc)
     path = tmp_path / "suite.yaml"
     path.write_text(yaml.safe_dump(doc), "utf-8")
+    surface = SUITE.parent / "surface.yaml"
+    (tmp_path / "surface.yaml").write_text(surface.read_text("utf-8"), "utf-8")
     return load_suite(path)
 
 
@@ -48,3 +50,14 @@ def test_a_new_case_is_listed_as_new(tmp_path):
 
     changes = policy.changes(base, _edited(tmp_path, add))
     assert any(c.startswith("adds") and "b1-h4-s256-d64-full" in c for c in changes)
+
+
+def test_surface_edits_are_listed(tmp_path):
+    base = load_suite(SUITE)
+
+    def drop_surface(doc):
+        doc.pop("surface")
+
+    changes = policy.changes(base, _edited(tmp_path, drop_surface))
+    removed = [c for c in changes if c.startswith("removes") and "surface case(s)" in c]
+    assert removed and str(len(base.surface)) in removed[0]

@@ -3,8 +3,8 @@
 In a PR check the judge (the base commit's guard) measures with the base commit's
 suite; the PR's suite file only takes effect after merge. ``changes`` lists, in words
 a reviewer reads, every difference between the two: cases added or removed, kernels
-gated or ungated, thresholds, tolerances and the timing plan (alpha included). Pure:
-two ``Suite`` values in, sentences out.
+gated or ungated, the surface's cases, thresholds, tolerances and the timing plan
+(alpha included). Pure: two ``Suite`` values in, sentences out.
 """
 
 from __future__ import annotations
@@ -49,6 +49,17 @@ def changes(base: Suite, head: Suite) -> list[str]:
             out.append(f"{cid}: threshold {b.threshold} -> {h.threshold}")
         if b.params() != h.params():
             out.append(f"{cid}: workload parameters change")
+    base_surface = {c.id for c in base.surface}
+    head_surface = {c.id for c in head.surface}
+    for verb, ids in (
+        ("removes", sorted(base_surface - head_surface)),
+        ("adds", sorted(head_surface - base_surface)),
+    ):
+        if ids:
+            out.append(
+                f"{verb} {len(ids)} surface case(s): {', '.join(ids[:8])}"
+                + (" ..." if len(ids) > 8 else "")
+            )
     for dtype in sorted(set(base.tolerances) | set(head.tolerances)):
         b_tol, h_tol = base.tolerances.get(dtype), head.tolerances.get(dtype)
         if b_tol != h_tol:

@@ -85,6 +85,7 @@ class Launch:
 
     code: str  # sha256 of the machine code (or normalized PTX) and run-relevant metadata
     grid: tuple[int, ...]
+    name: str = ""  # the kernel's name, for a reader (its code digest covers it already)
 
     def to_json(self) -> dict[str, Any]:
         return {"code": self.code, "grid": list(self.grid)}
@@ -175,7 +176,8 @@ def capture_triton_launches() -> Iterator[list[Launch]]:
             named = dict(zip(self.arg_names, args, strict=False))
             named.update(kwargs)
             size = grid(named) if callable(grid) else grid
-            launches.append(Launch(kernel_code_digest(kernel), tuple(int(n) for n in size)))
+            name = str(getattr(kernel.metadata, "name", "") or getattr(self, "__name__", ""))
+            launches.append(Launch(kernel_code_digest(kernel), tuple(int(n) for n in size), name))
         return kernel
 
     JITFunction.run = recording_run
@@ -418,6 +420,54 @@ def fingerprint(
     }
     blob = json.dumps(parts, sort_keys=True).encode()
     return "gpu:" + hashlib.sha256(blob).hexdigest()[:32]
+
+
+MAX_PART_NAME = 120  # characters of a kernel's name in a part's label
+
+
+def parts(
+    launches: list[Launch], device_kernels: list[dict[str, Any]], extensions: dict[str, str]
+) -> dict[str, str]:
+    """What a fingerprint is made of, readable: a label per launch (the kernel's name and
+    grid), per extension (its file name), each with a digest of what it ran. Two arms'
+    parts say which launch of a case changed when its fingerprint did."""
+    out: dict[str, str] = {}
+
+    def put(label: str, digest: str) -> None:
+        label = label[:MAX_PART_NAME]
+        key, n = label, 1
+        while key in out:  # the same kernel launched twice: both count
+            n += 1
+            key = f"{label} #{n}"
+        out[key] = digest[:16]
+
+    for launch in launches:
+        put(f"{launch.name or 'triton kernel'} grid {list(launch.grid)}", launch.code)
+    for k in device_kernels:
+        blob = json.dumps(k, sort_keys=True).encode()
+        put(f"{k.get('name', '')} grid {k.get('grid')}", hashlib.sha256(blob).hexdigest())
+    for path, digest in extensions.items():
+        put(f"extension {os.path.basename(path)}", digest)
+    return out
+
+
+def take_parts(call: Callable[[], T], kernels_dir: str | Path) -> tuple[T, str, dict[str, str]]:
+    """``take``, and the fingerprint's ``parts`` ({} when the capture failed or the call
+    did no device work it could see)."""
+    before = set(loaded_extensions())
+    try:
+        with capture_device_kernels() as device_kernels, capture_triton_launches() as launches:
+            result = call()
+    except CaptureFailed:
+        return result, "", {}
+    if not launches and not device_kernels:
+        return result, f"source:{tree_hash(kernels_dir)}", {}
+    used = extensions_used(before, loaded_extensions(), device_kernels)
+    return (
+        result,
+        fingerprint(launches, device_kernels, used),
+        parts(launches, device_kernels, used),
+    )
 
 
 def take(call: Callable[[], T], kernels_dir: str | Path) -> tuple[T, str]:

@@ -39,6 +39,12 @@ if TYPE_CHECKING:
     from kernels.registry import KernelFn
 
 GUARD_ELEMS = 4096  # NaN guard region on each side of an ``out=`` buffer
+# Beyond this many query-key pairs (batch x heads x seq_q x seq_k: 1 GB of float32
+# scores) the reference is computed for a sample of SAMPLED_ROWS query rows (the first,
+# the last, the rest drawn from the case's seed), against every key, a few heads at a time.
+REFERENCE_PAIRS = 1 << 28
+SAMPLED_ROWS = 256
+CHUNK_PAIRS = 1 << 26  # query-key pairs of the sampled reference computed at once
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -99,15 +105,57 @@ def call_kernel(
     return result
 
 
+def sampled_rows(q: torch.Tensor, k: torch.Tensor, seed: int) -> torch.Tensor | None:
+    """The query rows a long case's reference covers (None: every row): the first, the
+    last, and the rest of ``SAMPLED_ROWS`` drawn without replacement from ``seed``."""
+    batch, heads, seq_q, _ = q.shape
+    if batch * heads * seq_q * k.shape[2] <= REFERENCE_PAIRS or seq_q <= SAMPLED_ROWS:
+        return None
+    gen = torch.Generator().manual_seed(seed)
+    inner = torch.randperm(seq_q - 2, generator=gen)[: SAMPLED_ROWS - 2] + 1
+    rows = torch.cat([torch.tensor([0, seq_q - 1]), inner]).sort().values
+    return rows.to(q.device)
+
+
+def reference_rows(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    rows: torch.Tensor,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """The reference's output at query ``rows`` (every key), a few heads at a time so
+    that no more than ``CHUNK_PAIRS`` scores exist at once."""
+    from kernels.reference import attention_reference
+
+    batch, heads, _, _ = q.shape
+    group = heads // k.shape[1]
+    pairs_per_head = batch * len(rows) * k.shape[2]
+    step = max(group, CHUNK_PAIRS // max(pairs_per_head, 1) // group * group)
+    parts = []
+    for h0 in range(0, heads, step):
+        h1 = min(heads, h0 + step)
+        kv = slice(h0 // group, -(-h1 // group))
+        parts.append(
+            attention_reference(
+                q[:, h0:h1, rows], k[:, kv], v[:, kv], causal=causal, dtype=dtype, rows=rows
+            )
+        )
+    return torch.cat(parts, dim=1)
+
+
 @dataclass(frozen=True)
 class Yardstick:
-    """The high-precision reference for one set of inputs, and the error bounds."""
+    """The high-precision reference for one set of inputs, and the error bounds.
+    ``rows``: the query rows the reference covers (None: all of them)."""
 
     ref: torch.Tensor
     rel_bound: float
     max_bound: float
     yard_rel: float
     seed: int
+    rows: torch.Tensor | None = None
 
     @classmethod
     def of(
@@ -119,16 +167,24 @@ class Yardstick:
         tol: Tolerance,
         seed: int,
     ) -> Yardstick:
-        """float32 reference (float64 on the CPU); bounds from SDPA's own error."""
+        """float32 reference (float64 on the CPU); bounds from SDPA's own error. A long
+        case's reference covers a sample of its query rows (``sampled_rows``)."""
         from kernels.reference import attention_reference
         from kernels.sdpa import sdpa_default
 
         ref_dtype = torch.float64 if q.device.type == "cpu" else torch.float32
-        ref = attention_reference(q, k, v, causal=causal, dtype=ref_dtype)
-        yard_rel, yard_max = _errors(sdpa_default(q, k, v, causal=causal), ref)
+        rows = sampled_rows(q, k, seed)
+        if rows is None:
+            ref = attention_reference(q, k, v, causal=causal, dtype=ref_dtype)
+            yard = sdpa_default(q, k, v, causal=causal)
+        else:
+            ref = reference_rows(q, k, v, causal, rows, ref_dtype)
+            yard = sdpa_default(q, k, v, causal=causal)[:, :, rows]
+        yard_rel, yard_max = _errors(yard, ref)
+        del yard
         rel_bound = tol.factor * yard_rel + tol.rel_norm_floor
         max_bound = tol.factor * yard_max + tol.max_abs_floor
-        return cls(ref, rel_bound, max_bound, yard_rel, seed)
+        return cls(ref, rel_bound, max_bound, yard_rel, seed, rows)
 
 
 def check(
@@ -140,6 +196,22 @@ def check(
     return judge(call_kernel(fn, q, k, v, case.causal, accepts_out), q, yard)
 
 
+def unfinished(out: Any, q: torch.Tensor) -> str:
+    """Why ``out`` cannot be ``q``'s attention output (not a tensor, another shape or
+    dtype, NaN or Inf: unwritten), or "" when it can."""
+    if not isinstance(out, torch.Tensor):
+        return f"returned {type(out).__name__}, not a tensor"
+    if tuple(out.shape) != tuple(q.shape):
+        return f"output shape {tuple(out.shape)}, expected {tuple(q.shape)}"
+    if out.dtype != q.dtype:
+        return f"output dtype {out.dtype}, expected {q.dtype}"
+    finite = torch.isfinite(out)
+    if not bool(finite.all()):
+        bad = int((~finite).sum())
+        return f"{bad} of {out.numel()} outputs are NaN/Inf (or unwritten)"
+    return ""
+
+
 def judge(out: Any, q: torch.Tensor, yard: Yardstick) -> Correctness:
     """Whether ``out`` is the attention output for ``q`` within ``yard``'s bounds."""
     ref, rel_bound, max_bound = yard.ref, yard.rel_bound, yard.max_bound
@@ -149,17 +221,10 @@ def judge(out: Any, q: torch.Tensor, yard: Yardstick) -> Correctness:
     ) -> Correctness:
         return Correctness(passed, rel, mx, rel_bound, max_bound, yard.yard_rel, yard.seed, message)
 
-    if not isinstance(out, torch.Tensor):
-        return result(False, message=f"returned {type(out).__name__}, not a tensor")
-    if tuple(out.shape) != tuple(q.shape):
-        return result(False, message=f"output shape {tuple(out.shape)}, expected {tuple(q.shape)}")
-    if out.dtype != q.dtype:
-        return result(False, message=f"output dtype {out.dtype}, expected {q.dtype}")
-    finite = torch.isfinite(out)
-    if not bool(finite.all()):
-        bad = int((~finite).sum())
-        return result(False, message=f"{bad} of {out.numel()} outputs are NaN/Inf (or unwritten)")
-    rel, mx = _errors(out, ref)
+    problem = unfinished(out, q)  # every row: NaN anywhere fails
+    if problem:
+        return result(False, message=problem)
+    rel, mx = _errors(out if yard.rows is None else out[:, :, yard.rows], ref)
     if rel > rel_bound or mx > max_bound:
         return result(
             False,
@@ -232,6 +297,7 @@ class Prepared:
         _sync(device)
         per_call = (time.perf_counter() - t0) / n
         self.calls = max(1, min(10_000, round(plan.sample_target_ms * 1e-3 / max(per_call, 1e-9))))
+        self.samples = samples_for(plan, per_call * self.calls)
         self.host = _host_per_call(run, device, self.calls, plan.host_samples)
         self.method = "cpu-timer" if device != "cuda" else "cuda-graph"
         self._replay: Callable[[], None] = self._eager
@@ -338,10 +404,20 @@ def warm_round(
         torch.cuda.synchronize()
 
 
-def pass_sizes(plan: TimingPlan) -> list[int]:
-    """Split ``samples_per_round`` over ``passes`` (the first passes take the rest)."""
-    passes = max(1, min(plan.passes, plan.samples_per_round))
-    base, extra = divmod(plan.samples_per_round, passes)
+def samples_for(plan: TimingPlan, sample_s: float) -> int:
+    """A case's samples per round: ``samples_per_round``, fewer where a sample lasts
+    long (a call of milliseconds), so that a round spends about ``case_budget_ms`` on
+    it, never fewer than ``min_samples``. The decision rests on the rounds' medians."""
+    fits = int(plan.case_budget_ms * 1e-3 / max(sample_s, 1e-9))
+    return max(min(plan.min_samples, plan.samples_per_round), min(plan.samples_per_round, fits))
+
+
+def pass_sizes(plan: TimingPlan, samples: int | None = None) -> list[int]:
+    """Split ``samples`` (``samples_per_round``) over ``passes`` (the first passes take
+    the rest)."""
+    total = plan.samples_per_round if samples is None else samples
+    passes = max(1, min(plan.passes, total))
+    base, extra = divmod(total, passes)
     return [base + (1 if i < extra else 0) for i in range(passes)]
 
 
@@ -349,5 +425,5 @@ def time_case(fn: KernelFn, case: Case, plan: TimingPlan, seed: int, device: str
     """Time one case on its own (all samples in one block)."""
     prepared = Prepared(fn, case, plan, seed, device)
     warm_round([prepared], plan)
-    samples = prepared.sample(plan.samples_per_round)
+    samples = prepared.sample(prepared.samples)
     return Timing(tuple(samples), prepared.host, prepared.method, prepared.calls)

@@ -15,7 +15,9 @@ from typing import Any, Literal, TypedDict
 
 from guard.store.suite import Case, TimingPlan, Tolerance
 
-Mode = Literal["check", "time"]
+# "check": correctness and fingerprint; "time": samples; "probe": one call's fingerprint
+# (no reference: which cases a change reaches, guard.core.SurfaceProbe).
+Mode = Literal["check", "time", "probe"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,9 @@ class WorkerJob:
     # End through the interpreter's whole exit (C atexit handlers included): under
     # compute-sanitizer, whose findings must reach its exit code.
     teardown: bool = False
+    # Variables the worker sets before it imports the arm's kernels: the arm's own
+    # compile caches (``Arm.env``), so that one tree's builds never serve the other's.
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -52,14 +57,15 @@ class WorkerJob:
             "fault_modules": list(self.fault_modules),
             "sys_path": list(self.sys_path),
             "teardown": self.teardown,
+            "env": dict(self.env),
             "cases": [{**c.case.to_json(), "seed": c.seed} for c in self.cases],
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WorkerJob:
         mode = data["mode"]
-        if mode not in ("check", "time"):
-            raise ValueError(f"job.mode: {mode!r} is neither 'check' nor 'time'")
+        if mode not in ("check", "time", "probe"):
+            raise ValueError(f"job.mode: {mode!r} is not 'check', 'time' or 'probe'")
         return cls(
             mode=mode,
             device=str(data["device"]),
@@ -72,11 +78,12 @@ class WorkerJob:
             fault_modules=tuple(data.get("fault_modules", ())),
             sys_path=tuple(data.get("sys_path", ())),
             teardown=bool(data.get("teardown", False)),
+            env={str(k): str(v) for k, v in data.get("env", {}).items()},
         )
 
 
 PRELOAD_FLAG = "--preload"  # a worker started ahead of its job (``worker._preload``)
-PHASES = ("gpu_state", "load", "check", "prepare", "warm", "sample", "verify")
+PHASES = ("gpu_state", "load", "check", "prepare", "warm", "sample", "verify", "probe")
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,7 @@ class Event(TypedDict, total=False):
     correctness: dict[str, Any]
     kernel_hash: str
     fingerprint: str
+    parts: dict[str, str]  # probe: the fingerprint's parts (fingerprint.parts)
     samples: list[float]
     host: list[float]
     method: str

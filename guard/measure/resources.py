@@ -284,6 +284,7 @@ def collect_in_tree(
     case_names: Sequence[str] = (),
     case_ids: Sequence[str] = (),
     python: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ResourceReport:
     """``collect_resources`` in a child process over ``tree``'s kernels.
 
@@ -300,7 +301,7 @@ def collect_in_tree(
     """
     tree = Path(tree).resolve()
     suite_path = Path(suite_path).resolve()
-    env = child_env(compiled=True)
+    child = {**child_env(compiled=True), **(env or {})}  # ``env``: the tree's own caches
     with tempfile.TemporaryDirectory(prefix="guard-resources-") as tmp:
         out = Path(tmp) / "resources.json"
         cmd = [python or sys.executable, "-m", "guard.measure.resources",
@@ -313,7 +314,7 @@ def collect_in_tree(
         if case_ids:
             cmd += ["--case-ids", *case_ids]
         try:
-            run = run_group(cmd, timeout_s, env, stdout_limit=_TAIL, stderr_limit=_TAIL)
+            run = run_group(cmd, timeout_s, child, stdout_limit=_TAIL, stderr_limit=_TAIL)
         except OSError as exc:
             raise InfraError(f"cannot start the resources process ({exc})") from None
         if run.returncode is None:

@@ -116,6 +116,9 @@ class Arm:
     name: str = "candidate"
     kernels_root: str | None = None
     label: str = ""
+    # Environment variables its workers set before importing its kernels (its own
+    # compile caches: ``guard.build_cache``).
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,7 @@ class _CaseState:
     calls: list[int] = field(default_factory=list)
     output: str = ""
     round_gpus: list[str] = field(default_factory=list)  # each round's lane ("": the only one)
+    parts: dict[str, str] = field(default_factory=dict)  # a probe's fingerprint parts
 
     def freeze(self) -> CaseResult:
         return CaseResult(
@@ -256,6 +260,55 @@ class Session:
                 functools.partial(self._round, lane, arm, "check", list(self.suite.cases), 0, 0)
             )
         self._on_lanes(work)
+
+    def probe(self, workers: int = 1) -> None:
+        """Round 0 of a surface: one fingerprinted call of every case in every arm
+        (``states[arm][case].fingerprint`` and ``.parts``), no reference and no timing.
+        Nothing is timed, so every arm runs at once, each in ``workers`` processes
+        (cases dealt in the same order to both arms, whose workers then load the same
+        kernels before each case), spread over the lanes' GPUs."""
+        cases = list(self.suite.cases)
+        workers = max(1, min(workers, len(cases)))
+        chunks = [cases[i::workers] for i in range(workers)]
+        lanes: list[_Lane] = []
+        steps: list[Callable[[], None]] = []
+        for arm in self.arms:
+            for chunk in chunks:
+                lane = _Lane(self.lanes[len(lanes) % len(self.lanes)].gpu)
+                lanes.append(lane)
+                steps.append(functools.partial(self._round, lane, arm, "probe", chunk, 0, 0))
+        prestart, self.prestart = self.prestart, False  # each probe worker runs one job
+        progress, total, done = self.progress, len(cases) * len(self.arms), [0]
+
+        def tally(event: Progress) -> None:  # one line as the probe starts, one as it ends
+            if event.case or event.done != event.total:
+                return
+            done[0] += event.total
+            progress(Progress("probe", "both trees", 0, 0, "", done[0], total))
+
+        progress(Progress("probe", "both trees", 0, 0, "", 0, total))
+        self.progress = tally
+        try:
+            with ThreadPoolExecutor(len(steps), thread_name_prefix="probe") as pool:
+                futures = [pool.submit(step) for step in steps]
+                errors = []
+                try:
+                    for future in futures:
+                        try:
+                            future.result()
+                        except Exception as exc:
+                            self._stopping.set()
+                            errors.append(exc)
+                except BaseException:
+                    self._stopping.set()
+                    for lane in lanes:
+                        if lane.current is not None:
+                            stop_group(lane.current)
+                    raise
+            if errors:
+                raise errors[0]
+        finally:
+            self.prestart, self.progress = prestart, progress
 
     def time(self, n_rounds: int, case_ids: Sequence[str] | None = None) -> None:
         """``n_rounds`` more timing rounds of the cases that passed in every arm."""
@@ -384,6 +437,7 @@ class Session:
             fault_modules=self.fault_modules,
             sys_path=self.sys_path,
             teardown=self.sanitize,
+            env=dict(arm.env),
         )
 
     def _round(
@@ -505,6 +559,14 @@ class Session:
 
     def _record_unlocked(self, state: _CaseState, mode: str, event: Event, lane: str) -> None:
         status = _status(event.get("status", CRASHED))
+        if mode == "probe":
+            state.kernel_hash = event.get("kernel_hash", "")
+            state.fingerprint = str(event.get("fingerprint", ""))
+            raw = event.get("parts", {})
+            state.parts = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+            if status != OK:
+                self._fail(state, status, event.get("reason", ""), event.get("output", ""))
+            return
         if mode == "check":
             corr = event.get("correctness")
             state.correctness = Correctness(**corr) if corr else None

@@ -268,6 +268,28 @@ def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
                     kernel_hash=hashes[case.kernel],
                     fingerprint=print_ if result.passed else "",
                 )
+            elif mode == "probe":
+                # One call on fresh inputs, fingerprinted; the output only checked to
+                # be whole and finite (no reference: that is the check round's).
+                with clock.phase("probe", first_of):
+                    q, k, v = measure.make_inputs(case, seed, device)
+                    out, print_, parts = fingerprint.take_parts(
+                        functools.partial(
+                            measure.call_kernel, fn, q, k, v, case.causal, spec.accepts_out
+                        ),
+                        kernels_dir,
+                    )
+                    problem = measure.unfinished(out, q)
+                    del q, k, v, out
+                _emit(
+                    proto,
+                    **base,
+                    status=WRONG if problem else OK,
+                    reason=problem,
+                    kernel_hash=hashes[case.kernel],
+                    fingerprint="" if problem else print_,
+                    parts=parts,
+                )
             else:
                 with clock.phase("prepare", first_of):
                     prepared.append((case, measure.Prepared(fn, case, plan, seed, device)))
@@ -286,9 +308,13 @@ def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
         )
         clock.lap("warm")
         samples: dict[str, list[float]] = {case.id: [] for case, _ in prepared}
-        for i, n in enumerate(measure.pass_sizes(plan)):
+        sizes = {case.id: measure.pass_sizes(plan, prep.samples) for case, prep in prepared}
+        for i in range(max(len(s) for s in sizes.values())):
             live = list(prepared)
             for case, prep in live[i % len(live) :] + live[: i % len(live)]:
+                n = sizes[case.id][i] if i < len(sizes[case.id]) else 0
+                if not n:
+                    continue
                 _emit(proto, event="begin", case=case.id)
                 try:
                     samples[case.id] += prep.sample(n)
@@ -430,6 +456,7 @@ def _run(proto: TextIO, data: dict[str, Any], clock: _Clock) -> int:
     from guard.base.errors import GuardError
 
     _start_watchdog()
+    os.environ.update({str(k): str(v) for k, v in data.get("env", {}).items()})
     root = data.get("kernels_root")
     if root:
         sys.path.insert(0, root)  # the --against arm: its kernels, this guard

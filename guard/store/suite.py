@@ -138,6 +138,10 @@ class TimingPlan:
     samples_per_round: int = 25
     sample_target_ms: float = 1.0
     warmup_ms: float = 25.0
+    # A case whose samples last long (calls of milliseconds) takes fewer of them a
+    # round: about this much time, never fewer than min_samples (measure.samples_for).
+    case_budget_ms: float = 150.0
+    min_samples: int = 5
     host_samples: int = 5
     passes: int = 5  # samples of a case are spread over this many passes of the round
     round_warmup_ms: float = 300.0  # GPU kept busy before the first sample of a round
@@ -164,6 +168,10 @@ class Suite:
     source: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     full_hash: str = ""  # the whole file's hash, kept when cases are selected
+    # The surface (``surface:``, a file beside the suite's): more cases under this
+    # suite's policy, which a paired check adds where a change reaches them.
+    surface: tuple[Case, ...] = ()
+    surface_source: str = ""
 
     @property
     def hash(self) -> str:
@@ -195,7 +203,40 @@ class Suite:
             if unknown:
                 raise BadInput(f"{self.source}: no case named {', '.join(unknown)}")
             cases = tuple(c for c in cases if c.name in names)
+        surface = tuple(c for c in self.surface if not kernels or c.kernel in kernels)
+        return replace(self, cases=cases, full_hash=self.hash, surface=surface)
+
+    def extra_surface(self) -> tuple[Case, ...]:
+        """The surface's cases that are not already cases of the suite (by id)."""
+        ids = {c.id for c in self.cases}
+        return tuple(c for c in self.surface if c.id not in ids)
+
+    def with_cases(self, cases: tuple[Case, ...]) -> Suite:
+        """This suite (its policy, its hash) measuring ``cases``."""
         return replace(self, cases=cases, full_hash=self.hash)
+
+    def document(self) -> dict[str, Any]:
+        """A suite file's content that loads back to this suite's cases and policy
+        (every case's workload written out, no surface): what a child process reads."""
+        data = {k: v for k, v in self.raw.items() if k not in ("cases", "surface")}
+        workloads: dict[str, dict[str, Any]] = {}
+        for c in self.cases:
+            entry = workloads.setdefault(
+                c.name,
+                {
+                    "name": c.name,
+                    "shape": list(c.shape.as_tuple()),
+                    "seq_k": c.shape.sk,
+                    "kv_heads": c.shape.hkv,
+                    "dtype": c.dtype,
+                    "causal": c.causal,
+                    "threshold": str(c.threshold),
+                    "kernels": [],
+                },
+            )
+            entry["kernels"].append(c.kernel)
+        data["cases"] = list(workloads.values())
+        return data
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -264,6 +305,7 @@ _TIMING_MOST = {
     "rounds": limits.MAX_ROUNDS_PER_CASE,
     "max_rounds": limits.MAX_ROUNDS_PER_CASE,
     "samples_per_round": limits.MAX_SAMPLES_PER_ROUND,
+    "min_samples": limits.MAX_SAMPLES_PER_ROUND,
     "host_samples": limits.MAX_SAMPLES_PER_ROUND,
 }
 
@@ -330,6 +372,7 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
             "timing",
             "cpu_timing",
             "cases",
+            "surface",
         },
         source,
         "top level",
@@ -391,7 +434,45 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
         ),
     )
 
-    raw_cases = data.get("cases")
+    surface = data.get("surface")
+    if surface is not None and not _surface_name(surface):
+        raise _fail(
+            source, "surface", f"must be a file name beside the suite file, got {shown(surface)}"
+        )
+    cases = _cases(data.get("cases"), source, kernels, gate, default_threshold, timing)
+    return Suite(
+        name=name,
+        cases=tuple(cases),
+        tolerances=tolerances,
+        timing=timing,
+        cpu_timing=cpu_timing,
+        source=source,
+        raw=data,
+    )
+
+
+def _surface_name(value: Any) -> bool:
+    """A plain file name (no folder, no "..", no hidden file): the surface lies beside
+    the suite file that names it."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= 255
+        and "/" not in value
+        and "\\" not in value
+        and not value.startswith(".")
+        and "\0" not in value
+    )
+
+
+def _cases(
+    raw_cases: Any,
+    source: str,
+    kernels: list[str],
+    gate: list[str],
+    default_threshold: Threshold,
+    timing: TimingPlan,
+) -> list[Case]:
+    """The cases of a ``cases:`` list, each workload times its kernels."""
     if not isinstance(raw_cases, list) or not raw_cases:
         raise _fail(source, "cases", "must be a non-empty list")
     cases: list[Case] = []
@@ -452,15 +533,7 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
             raise _fail(source, f"{where}.kernels", "must list kernels that appear under 'kernels'")
         for kernel in case_kernels:
             cases.append(Case(case_name, kernel, shape, dtype, causal, threshold, kernel in gate))
-    return Suite(
-        name=name,
-        cases=tuple(cases),
-        tolerances=tolerances,
-        timing=timing,
-        cpu_timing=cpu_timing,
-        source=source,
-        raw=data,
-    )
+    return cases
 
 
 class _SuiteLoader(yaml.SafeLoader):
@@ -522,21 +595,78 @@ class _SuiteLoader(yaml.SafeLoader):
 _SuiteLoader.add_constructor("tag:yaml.org,2002:int", _SuiteLoader.construct_yaml_int)
 
 
+def parse_surface(data: Any, source: str, suite: Suite) -> tuple[Case, ...]:
+    """The cases of a surface file (``schema_version``, ``name``, ``kernels``: some of the
+    suite's, its gated ones when left out; ``cases``), under the suite's policy: its
+    gates, default threshold and timing plan. A case named as one of the suite's is the
+    suite's own workload (checked to be the same) and adds nothing."""
+    if not isinstance(data, dict):
+        raise BadInput(f"{source}: the surface must be a YAML mapping")
+    _no_unknown(data, {"schema_version", "name", "kernels", "cases"}, source, "top level")
+    version = data.get("schema_version")
+    if version != SUITE_SCHEMA_VERSION:
+        raise _fail(
+            source, "schema_version", f"expected {SUITE_SCHEMA_VERSION}, got {shown(version)}"
+        )
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise _fail(source, "name", "must be a non-empty string")
+    suite_kernels = list(suite.raw.get("kernels", []))
+    gate = list(suite.raw.get("gate", suite_kernels))
+    kernels = data.get("kernels", gate)
+    if (
+        not isinstance(kernels, list)
+        or not kernels
+        or not all(isinstance(k, str) and k in suite_kernels for k in kernels)
+    ):
+        known = ", ".join(suite_kernels)
+        raise _fail(source, "kernels", f"must list kernels of the suite ({known})")
+    threshold = _threshold(suite.raw.get("threshold", "median:2%"), source, "threshold")
+    cases = _cases(data.get("cases"), source, kernels, gate, threshold, suite.timing)
+    own = {c.id: c for c in suite.cases}
+    for c in cases:
+        mine = own.get(c.id)
+        if mine is not None and mine.params() != c.params():
+            raise _fail(source, f"case {shown(c.name)}", "names a suite case with another workload")
+    return tuple(c for c in cases if c.id not in own)
+
+
 def load_suite(path: str | Path, known_kernels: set[str] | None = None) -> Suite:
-    """Read and validate a suite file."""
+    """Read and validate a suite file, and the surface file it names."""
     if known_kernels is None:
         from kernels.registry import REGISTRY
 
         known_kernels = set(REGISTRY)
     path = Path(path)
+    suite = parse_suite(_read_yaml(path, "suite"), str(path), known_kernels)
+    surface = suite.raw.get("surface")
+    if surface is None:
+        return suite
+    where = path.parent / str(surface)
+    cases = parse_surface(_read_yaml(where, "surface"), str(where), suite)
+    return replace(suite, surface=cases, surface_source=str(where))
+
+
+def surface_named(text: str) -> str | None:
+    """The surface file a suite file's text names (a plain name), or None."""
+    try:
+        data = yaml.load(text, Loader=_SuiteLoader)
+    except (yaml.YAMLError, ValueError, RecursionError):
+        return None
+    name = data.get("surface") if isinstance(data, dict) else None
+    return name if _surface_name(name) else None
+
+
+def _read_yaml(path: Path, what: str) -> Any:
+    """A suite or surface file's YAML; BadInput naming the file at fault."""
     try:
         text = files.read_text(path, limits.MAX_SUITE_BYTES)  # regular files only, bounded
     except FileNotFoundError:
-        raise BadInput(f"{path}: suite file not found") from None
+        raise BadInput(f"{path}: {what} file not found") from None
     except files.FileRefused as exc:  # a FIFO, a device, a directory, over the limit
-        raise BadInput(f"{path}: suite file: {exc}") from None
+        raise BadInput(f"{path}: {what} file: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot read the suite file ({exc})") from None
+        raise BadInput(f"{path}: cannot read the {what} file ({exc})") from None
     try:
         data = yaml.load(text, Loader=_SuiteLoader)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -547,4 +677,4 @@ def load_suite(path: str | Path, known_kernels: set[str] | None = None) -> Suite
         ) from None
     except (ValueError, RecursionError) as exc:  # a value the constructors refuse
         raise BadInput(f"{path}: not valid YAML ({shown(str(exc))})") from None
-    return parse_suite(data, str(path), known_kernels)
+    return data
