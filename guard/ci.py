@@ -422,13 +422,14 @@ def _same_kernels(base_arm: Arm, cand_arm: Arm) -> str:
     not, or when git cannot tell: then the check measures). The candidate's folder must
     hold exactly that tree (no file modified, untracked or ignored); the judge's may
     hold its own bytecode caches."""
-    if base_arm.kernels_root is None:  # judge mode: this checkout is the base
-        base_tree = core.kernels_tree(".", ignored_count=False)
-    else:  # a worktree of the base commit
-        base_tree = core.kernels_tree(base_arm.kernels_root, ignored_count=False)
-    if cand_arm.kernels_root is None:  # a local run: this working tree is the candidate
-        cand_tree = core.kernels_tree(".", ignored_count=False)
-    else:
+    # Where each arm's workers import kernels/ from: the judge's own (this guard's) in
+    # judge mode, this working tree in a local run.
+    base_tree = core.kernels_tree(
+        base_arm.kernels_root or local_kernels_root(), ignored_count=False
+    )
+    if cand_arm.kernels_root is None:  # a local run: the user's tree, its caches too
+        cand_tree = core.kernels_tree(local_kernels_root(), ignored_count=False)
+    else:  # a pull request's fresh checkout: exactly the tree, nothing beside it
         cand_tree = core.kernels_tree(cand_arm.kernels_root)
     return base_tree if base_tree and base_tree == cand_tree else ""
 

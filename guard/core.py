@@ -837,9 +837,13 @@ def warm_cache(
     progress: ProgressFn = _noop,
 ) -> WarmOutcome:
     """Build this tree's kernels for every case of ``suite`` and its surface (one call
-    each: the probe) and their compiler resources into a fresh cache, then replace
-    ``dest`` with it whole (``build_cache.publish``): the trusted cache of a PR check,
-    built by a trusted job on main, never by a PR's."""
+    each: the probe) and, beside them in a child process, their compiler resources into
+    a fresh cache; then replace ``dest`` with it whole (``build_cache.publish``): the
+    trusted cache of a PR check, built by a trusted job on main, never by a PR's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import yaml
+
     from guard.measure import build_cache, resources
 
     started = time.monotonic()
@@ -847,25 +851,34 @@ def warm_cache(
     try:
         env = build_cache.env_for(folder)
         everything = suite.with_cases((*suite.cases, *suite.extra_surface()))
-        arm = Arm("candidate", None, "trusted cache", env=env)
-        with _session(everything, opts, progress, (arm,)) as session:
-            session.probe(probe_workers(opts))
-            run = session.results()["candidate"]
+        with tempfile.TemporaryDirectory(prefix="guard-suite-") as tmp:
+            suite_file = Path(tmp) / "suite.yaml"
+            suite_file.write_text(yaml.safe_dump(everything.document(), sort_keys=False), "utf-8")
+            with ThreadPoolExecutor(1) as pool:
+                compiling = pool.submit(
+                    resources.collect_in_tree,
+                    local_kernels_root(),
+                    suite_file,
+                    RESOURCE_ARCHES,
+                    1800,
+                    env=dict(env),
+                )
+                arm = Arm("candidate", None, "trusted cache", env=env)
+                try:
+                    with _session(everything, opts, progress, (arm,)) as session:
+                        session.probe(probe_workers(opts))
+                        run = session.results()["candidate"]
+                except BaseException:
+                    kill_running_groups()  # the compile child too
+                    raise
+                try:
+                    compiling.result()
+                    problem = ""
+                except GuardError as exc:
+                    problem = shown(str(exc))
         failed = tuple(
             f"{c.id}: {c.reason}" for c in run.cases if c.status not in (OK, UNAVAILABLE)
         )
-        problem = ""
-        with tempfile.TemporaryDirectory(prefix="guard-suite-") as tmp:
-            import yaml
-
-            suite_file = Path(tmp) / "suite.yaml"
-            suite_file.write_text(yaml.safe_dump(everything.document(), sort_keys=False), "utf-8")
-            try:
-                resources.collect_in_tree(
-                    local_kernels_root(), suite_file, RESOURCE_ARCHES, 1800, env=dict(env)
-                )
-            except GuardError as exc:
-                problem = shown(str(exc))
         build_cache.publish(folder, dest)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)

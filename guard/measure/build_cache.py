@@ -78,10 +78,15 @@ def arm_caches(root: str | Path, trusted: str | Path | None) -> tuple[Env, Env]:
 
 
 def staging(dest: str | Path) -> Path:
-    """A fresh folder beside ``dest`` to build a trusted cache in (``publish`` moves it)."""
+    """A fresh folder beside ``dest`` to build a trusted cache in (``publish`` moves it),
+    readable by every user (a PR job runs as another user than the trusted one)."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    folder = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    folder.chmod(0o755)
+    for name in FOLDERS.values():
+        (folder / name).mkdir(mode=0o755)
+    return folder
 
 
 def publish(built: Path, dest: str | Path) -> None:

@@ -279,14 +279,15 @@ class Session:
                 steps.append(functools.partial(self._round, lane, arm, "probe", chunk, 0, 0))
         prestart, self.prestart = self.prestart, False  # each probe worker runs one job
         progress, total, done = self.progress, len(cases) * len(self.arms), [0]
+        trees = "both trees" if len(self.arms) == 2 else "this tree"
 
         def tally(event: Progress) -> None:  # one line as the probe starts, one as it ends
             if event.case or event.done != event.total:
                 return
             done[0] += event.total
-            progress(Progress("probe", "both trees", 0, 0, "", done[0], total))
+            progress(Progress("probe", trees, 0, 0, "", done[0], total))
 
-        progress(Progress("probe", "both trees", 0, 0, "", 0, total))
+        progress(Progress("probe", trees, 0, 0, "", 0, total))
         self.progress = tally
         try:
             with ThreadPoolExecutor(len(steps), thread_name_prefix="probe") as pool:
