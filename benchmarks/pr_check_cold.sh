@@ -12,7 +12,8 @@
 #          gluon_flash cases at S >= 4096 change (1-3% slower where measured)
 # Each phase's exit code, wall time, the check's progress lines and every case that was
 # not identical go to stdout; logs and outcomes to $OUT/<phase>*. PHASE_LIMIT (seconds,
-# default 590) bounds each guard process; COLD (default /tmp/cold) holds the trees.
+# default 590) bounds each guard process; COLD (default /tmp/cold) holds the trees;
+# WARM_ARGS are passed to `guard warm-cache` (e.g. --no-resources).
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the carried wheels, PYTHONPATH
 DEVICE=${DEVICE:-cuda}
@@ -75,7 +76,7 @@ for p in "$@"; do
     warm)
       t0=$SECONDS
       (cd "$JUDGE" && PYTHONPATH=$JUDGE timeout "${PHASE_LIMIT:-590}" \
-        python3 -m guard warm-cache "$TRUSTED" --device "$DEVICE" > "$OUT/warm.log" 2>&1)
+        python3 -m guard warm-cache "$TRUSTED" --device "$DEVICE" ${WARM_ARGS:-} > "$OUT/warm.log" 2>&1)
       echo "=== warm: exit $? in $((SECONDS - t0)) s"
       tail -n 4 "$OUT/warm.log"
       du -sh "$TRUSTED"/* 2> /dev/null ;;

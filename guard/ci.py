@@ -320,7 +320,7 @@ def _stored_context(comparison: Comparison, baselines: str, device: str) -> list
     return [f"stored baseline ({date}), context only: slower beyond the drift allowance: {ids}"]
 
 
-PROFILE_BUDGET_S = 60.0  # Nsight Compute, all regressed cases together
+PROFILE_BUDGET_S = 45.0  # Nsight Compute, all regressed cases together
 
 
 def _profiles(comparison: Comparison, base_tree: Path, head_tree: Path) -> list[CaseProfile]:
@@ -336,7 +336,8 @@ def _profiles(comparison: Comparison, base_tree: Path, head_tree: Path) -> list[
         budget = PROFILE_BUDGET_S - spent
         started = time.monotonic()
         if budget < 10:
-            rows = [("profile skipped", "the 60 s profiling budget is spent", "", "")]
+            spent_all = f"the {PROFILE_BUDGET_S:.0f} s profiling budget is spent"
+            rows = [("profile skipped", spent_all, "", "")]
         else:
             pc = profile.profile_case(c.candidate.case, base_tree, head_tree, budget_s=budget)
             rows = [(r[0], r[1], r[2], r[3]) for r in profile.profile_rows(pc)]

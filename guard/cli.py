@@ -433,7 +433,13 @@ def cmd_warm_cache(args: argparse.Namespace) -> int:
     suite = _suite(args)
     progress = terminal.ProgressPrinter(not args.quiet)
     try:
-        outcome = core.warm_cache(suite, args.dest, opts=_opts(args), progress=progress)
+        outcome = core.warm_cache(
+            suite,
+            args.dest,
+            opts=_opts(args),
+            progress=progress,
+            with_resources=not args.no_resources,
+        )
     finally:
         progress.close()
     lines = [
@@ -598,6 +604,11 @@ def build_parser() -> argparse.ArgumentParser:
         "never writes it.",
     )
     p.add_argument("dest", type=Path, metavar="DEST", help="the cache folder to (re)write")
+    p.add_argument(
+        "--no-resources",
+        action="store_true",
+        help="build the kernels only, not their compiler resources (nvcc -Xptxas -v)",
+    )
     p.add_argument("--suite", default=str(core.DEFAULT_SUITE), help="suite YAML file")
     p.add_argument("--kernels", nargs="+", metavar="NAME", help="only these kernels")
     p.add_argument("--cases", nargs="+", metavar="NAME", help="only these workloads")

@@ -619,10 +619,11 @@ class SurfaceChoice:
 
 
 def probe_workers(opts: MeasureOptions) -> int:
-    """Processes per arm for a probe: a quarter of the cores, 1 to 4."""
+    """Processes per arm for a probe: a third of the cores, 1 to 6 (a probe loads and
+    compiles on the CPU more than it runs on the GPU)."""
     if opts.probe_workers:
         return opts.probe_workers
-    return max(1, min(4, (os.cpu_count() or 1) // 4))
+    return max(1, min(6, (os.cpu_count() or 1) // 3))
 
 
 def _changed_parts(base: dict[str, str], head: dict[str, str]) -> str:
@@ -835,6 +836,8 @@ def warm_cache(
     dest: str | Path,
     opts: MeasureOptions = MeasureOptions(),
     progress: ProgressFn = _noop,
+    *,
+    with_resources: bool = True,
 ) -> WarmOutcome:
     """Build this tree's kernels for every case of ``suite`` and its surface (one call
     each: the probe) and, beside them in a child process, their compiler resources into
@@ -855,13 +858,17 @@ def warm_cache(
             suite_file = Path(tmp) / "suite.yaml"
             suite_file.write_text(yaml.safe_dump(everything.document(), sort_keys=False), "utf-8")
             with ThreadPoolExecutor(1) as pool:
-                compiling = pool.submit(
-                    resources.collect_in_tree,
-                    local_kernels_root(),
-                    suite_file,
-                    RESOURCE_ARCHES,
-                    1800,
-                    env=dict(env),
+                compiling = (
+                    pool.submit(
+                        resources.collect_in_tree,
+                        local_kernels_root(),
+                        suite_file,
+                        RESOURCE_ARCHES,
+                        1800,
+                        env=dict(env),
+                    )
+                    if with_resources
+                    else None
                 )
                 arm = Arm("candidate", None, "trusted cache", env=env)
                 try:
@@ -871,9 +878,10 @@ def warm_cache(
                 except BaseException:
                     kill_running_groups()  # the compile child too
                     raise
+                problem = "" if compiling else "not asked for (--no-resources)"
                 try:
-                    compiling.result()
-                    problem = ""
+                    if compiling is not None:
+                        compiling.result()
                 except GuardError as exc:
                     problem = shown(str(exc))
         failed = tuple(

@@ -36,7 +36,18 @@ def _arms() -> tuple[Arm, Arm]:
     return Arm("baseline", str(ROOT)), Arm("candidate", str(ROOT))
 
 
-def test_the_trees_compile_while_the_timing_rounds_measure(tiny_suite, monkeypatch):
+def _changed_arms(tmp_path) -> tuple[Arm, Arm]:
+    """The base, and a copy of it whose kernels/ differ (a comment): only cases whose
+    kernels differ between the trees are compiled for their resources."""
+    import shutil
+
+    shutil.copytree(ROOT / "kernels", tmp_path / "head" / "kernels")
+    with (tmp_path / "head" / "kernels" / "reference.py").open("a") as fh:
+        fh.write("\n# changed\n")
+    return Arm("baseline", str(ROOT)), Arm("candidate", str(tmp_path / "head"))
+
+
+def test_the_trees_compile_while_the_timing_rounds_measure(tiny_suite, monkeypatch, tmp_path):
     compiling = threading.Event()
     seen: dict[str, object] = {}
     real_time = Session.time
@@ -54,8 +65,8 @@ def test_the_trees_compile_while_the_timing_rounds_measure(tiny_suite, monkeypat
     monkeypatch.setattr(resources, "collect_in_tree", collect)
     monkeypatch.setattr(Session, "time", time_rounds)
     suite = load_suite(tiny_suite)
-    opts = core.MeasureOptions(device="cpu", rounds=2, max_rounds=2, time_identical=True)
-    comparison = core.compare_arms(suite, *_arms(), opts=opts)
+    opts = core.MeasureOptions(device="cpu", rounds=2, max_rounds=2)
+    comparison = core.compare_arms(suite, *_changed_arms(tmp_path), opts=opts)
     assert seen["compiling_when_timing"] is True
     assert seen["ids"] == [c.id for c in suite.cases]
     assert all(c.verdict for c in comparison.cases)
@@ -102,7 +113,7 @@ def test_the_child_selects_case_ids_and_names_an_unknown_one(monkeypatch, tmp_pa
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups")
-def test_a_measurement_that_fails_ends_both_compiles_at_once(tiny_suite, monkeypatch):
+def test_a_measurement_that_fails_ends_both_compiles_at_once(tiny_suite, monkeypatch, tmp_path):
     ends: list[int | None] = []
 
     def collect(root: str, *args: object, **kw: object) -> ResourceReport:
@@ -121,7 +132,20 @@ def test_a_measurement_that_fails_ends_both_compiles_at_once(tiny_suite, monkeyp
     monkeypatch.setattr(Session, "time", time_rounds)
     opts = core.MeasureOptions(device="cpu", rounds=2, max_rounds=2, time_identical=True)
     with pytest.raises(InfraError, match="fell off the bus"):
-        core.compare_arms(load_suite(tiny_suite), *_arms(), opts=opts)
+        core.compare_arms(load_suite(tiny_suite), *_changed_arms(tmp_path), opts=opts)
     # Killed on the way out: not slept to their end (0) nor to their timeout (None).
     assert ends == [-signal.SIGKILL, -signal.SIGKILL]
     assert not proc._RUNNING
+
+
+def test_identical_kernels_are_not_compiled_for_their_resources(tiny_suite, monkeypatch):
+    asked: list[object] = []
+
+    def collect(root: str, suite_path: str, *args: object, **kw: object) -> ResourceReport:
+        asked.append(kw.get("case_ids"))
+        return ResourceReport(arches=("sm_90",), cases={}, skipped={})
+
+    monkeypatch.setattr(resources, "collect_in_tree", collect)
+    opts = core.MeasureOptions(device="cpu", rounds=2, max_rounds=2, time_identical=True)
+    core.compare_arms(load_suite(tiny_suite), *_arms(), opts=opts)  # one tree, twice
+    assert asked == []

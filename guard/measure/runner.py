@@ -251,8 +251,12 @@ class Session:
     # ------------------------------------------------------------------ phases
 
     def check(self) -> None:
-        """Round 0: correctness of every case in every arm (on several lanes, the arms at
-        once, one lane each)."""
+        """Round 0: correctness of every case in every arm. Nothing is timed, so the arms
+        run at once: on their own lanes where there are several, else side by side on
+        the one GPU."""
+        if len(self.lanes) == 1 and len(self.arms) > 1:
+            self._at_once("check", 1)
+            return
         work: list[list[Callable[[], None]]] = [[] for _ in self.lanes]
         for i, arm in enumerate(self.arms):
             lane = self.lanes[i % len(self.lanes)]
@@ -263,10 +267,15 @@ class Session:
 
     def probe(self, workers: int = 1) -> None:
         """Round 0 of a surface: one fingerprinted call of every case in every arm
-        (``states[arm][case].fingerprint`` and ``.parts``), no reference and no timing.
-        Nothing is timed, so every arm runs at once, each in ``workers`` processes
-        (cases dealt in the same order to both arms, whose workers then load the same
-        kernels before each case), spread over the lanes' GPUs."""
+        (``states[arm][case].fingerprint`` and ``.parts``), no reference and no timing,
+        in ``workers`` processes per arm, every arm at once (``_at_once``)."""
+        self._at_once("probe", workers)
+
+    def _at_once(self, mode: Mode, workers: int) -> None:
+        """A round of ``mode`` (nothing timed) of every case in every arm, all at once:
+        each arm's cases dealt to ``workers`` processes (in the same order for every arm,
+        whose workers then load the same kernels before each case), spread over the
+        lanes' GPUs. Progress is one line as it starts and one as it ends."""
         cases = list(self.suite.cases)
         workers = max(1, min(workers, len(cases)))
         chunks = [cases[i::workers] for i in range(workers)]
@@ -276,21 +285,21 @@ class Session:
             for chunk in chunks:
                 lane = _Lane(self.lanes[len(lanes) % len(self.lanes)].gpu)
                 lanes.append(lane)
-                steps.append(functools.partial(self._round, lane, arm, "probe", chunk, 0, 0))
-        prestart, self.prestart = self.prestart, False  # each probe worker runs one job
+                steps.append(functools.partial(self._round, lane, arm, mode, chunk, 0, 0))
+        prestart, self.prestart = self.prestart, False  # each worker here runs one job
         progress, total, done = self.progress, len(cases) * len(self.arms), [0]
         trees = "both trees" if len(self.arms) == 2 else "this tree"
 
-        def tally(event: Progress) -> None:  # one line as the probe starts, one as it ends
+        def tally(event: Progress) -> None:
             if event.case or event.done != event.total:
                 return
             done[0] += event.total
-            progress(Progress("probe", trees, 0, 0, "", done[0], total))
+            progress(Progress(mode, trees, 0, 0, "", done[0], total))
 
-        progress(Progress("probe", trees, 0, 0, "", 0, total))
+        progress(Progress(mode, trees, 0, 0, "", 0, total))
         self.progress = tally
         try:
-            with ThreadPoolExecutor(len(steps), thread_name_prefix="probe") as pool:
+            with ThreadPoolExecutor(len(steps), thread_name_prefix=mode) as pool:
                 futures = [pool.submit(step) for step in steps]
                 errors = []
                 try:

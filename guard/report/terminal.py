@@ -90,6 +90,7 @@ class ProgressPrinter:
         self._bar: Any = None
         self._task: Any = None
         self._key: tuple[str, str, int] | None = None
+        self._named: set[str] = set()  # cases named in this round already
         self._t0 = time.monotonic()
 
     def __call__(self, ev: Progress) -> None:
@@ -103,9 +104,10 @@ class ProgressPrinter:
             self._live(ev, key, label)
             return
         if key != self._key:
-            self._key = key
+            self._key, self._named = key, set()
             self._print(f"{label}: {ev.total} case(s)")
-        if ev.case and ev.total <= self.NAMED:
+        if ev.case and ev.total <= self.NAMED and ev.case not in self._named:
+            self._named.add(ev.case)  # a round announces each case once a pass
             self._print(f"{label}: {ev.case}")
         elif not ev.case and ev.done == ev.total:
             self._print(f"{label}: done ({time.monotonic() - self._t0:.0f} s elapsed)")
