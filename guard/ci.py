@@ -339,6 +339,8 @@ def _profiles(comparison: Comparison, base_tree: Path, head_tree: Path) -> list[
             spent_all = f"the {PROFILE_BUDGET_S:.0f} s profiling budget is spent"
             rows = [("profile skipped", spent_all, "", "")]
         else:
+            print(f"[perf-guard] profile {c.case_id}: base and head under Nsight Compute",
+                  file=sys.stderr, flush=True)  # fmt: skip
             pc = profile.profile_case(c.candidate.case, base_tree, head_tree, budget_s=budget)
             rows = [(r[0], r[1], r[2], r[3]) for r in profile.profile_rows(pc)]
         spent += time.monotonic() - started

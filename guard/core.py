@@ -33,7 +33,7 @@ from guard.decide.compare import (
 from guard.decide.outcome import CheckVerdict
 from guard.measure import env as guard_env
 from guard.measure.proc import kill_running_groups, local_kernels_root
-from guard.measure.runner import Arm, ProgressFn, Session, _noop
+from guard.measure.runner import Arm, Progress, ProgressFn, Session, _noop
 from guard.store import results
 from guard.store.results import OK, UNAVAILABLE, CaseResult, RunResult
 from guard.store.suite import Case, Suite, TimingPlan, flops, load_suite
@@ -817,6 +817,12 @@ def _compare_in(session: Session, opts: MeasureOptions, arms: tuple[Arm, Arm]) -
     except BaseException:
         compiling.cancel()
         raise
+    if compiling.pending:  # say what the check waits for (compiles of minutes, cold)
+        n = len(differ)
+        session.progress(Progress("resources", "both trees", 0, 0, "", 0, n))
+        comparison = compiling.apply(comparison)
+        session.progress(Progress("resources", "both trees", 0, 0, "", n, n))
+        return comparison
     return compiling.apply(comparison)
 
 
@@ -949,6 +955,11 @@ class ResourceCompile:
             self._pool.submit(collect, root, env)
             for root, env in zip((base_root, head_root), envs, strict=True)
         )
+
+    @property
+    def pending(self) -> bool:
+        """Whether a child is still compiling."""
+        return any(not f.done() for f in self._futures)
 
     def cancel(self) -> None:
         """End both children (their process groups) and the pool."""

@@ -255,6 +255,12 @@ class Session:
         run at once: on their own lanes where there are several, else side by side on
         the one GPU."""
         if len(self.lanes) == 1 and len(self.arms) > 1:
+            lane = self.lanes[0]
+            if self.prestart and lane.spare is None:
+                # The first timing round's worker imports while the check runs, started
+                # by this thread (which runs the rounds: its death signal follows it).
+                command, env = self._worker_command(lane)
+                lane.spare = _Started.start([*command, PRELOAD_FLAG], env, base=command)
             self._at_once("check", 1)
             return
         work: list[list[Callable[[], None]]] = [[] for _ in self.lanes]
@@ -629,14 +635,18 @@ class Session:
         open until then: end of file there tells its watchdog the guard is gone. What
         left the group is killed then too, and kept in the lane's ``strays``.
         """
+        command, env = self._worker_command(lane)
+        with subreaper():  # from the start: a daemon's double fork may come at import
+            yield from self._worker_events(lane, job, command, env)
+
+    def _worker_command(self, lane: _Lane) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment of a worker on ``lane``."""
         env = child_env()
         if lane.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = lane.gpu
         if self.sanitize:  # memcheck sees cudaMalloc bounds, not torch's sub-allocations
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
-        command = [*self._sanitizer(), self.python, "-m", "guard.measure.worker"]
-        with subreaper():  # from the start: a daemon's double fork may come at import
-            yield from self._worker_events(lane, job, command, env)
+        return [*self._sanitizer(), self.python, "-m", "guard.measure.worker"], env
 
     def _take_spare(self, lane: _Lane, command: list[str], env: dict[str, str]) -> _Started | None:
         """The lane's worker started ahead, if it was started for this command and
