@@ -24,10 +24,12 @@ extras=triton
 
 # The test tools that are no Python package. A test whose tool is missing is skipped,
 # saying which; under CI (CI=true) it fails instead, so a broken step here shows.
-# Debian's chromium renders the HTML report; shellcheck lints ci/*.sh.
+# Debian's chromium renders the HTML report; shellcheck lints ci/*.sh; bubblewrap is the
+# sandbox the PR check runs a pull request's code in (tests/test_sandbox.py).
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)  # the sandbox tests
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     apt-get update -qq

@@ -54,14 +54,14 @@ from pathlib import Path
 
 from guard import cli_merge, comment, core
 from guard.base import files, limits, text
-from guard.base.errors import BadInput, ExitCode, GuardError, cut
+from guard.base.errors import BadInput, ExitCode, GuardError, InfraError, cut
 from guard.decide import policy
 from guard.decide.compare import Comparison, compare_runs
 from guard.decide.merge import merged_outcome as merge_outcome
 from guard.decide.outcome import CaseProfile, CheckVerdict, Outcome, ShardInfo
-from guard.measure import build_cache
+from guard.measure import build_cache, sandbox
 from guard.measure import env as guard_env
-from guard.measure.proc import local_kernels_root
+from guard.measure.proc import GUARD_ROOT, local_kernels_root
 from guard.measure.runner import Arm
 from guard.report import render, terminal
 from guard.store import results
@@ -323,7 +323,7 @@ def _stored_context(comparison: Comparison, baselines: str, device: str) -> list
 PROFILE_BUDGET_S = 45.0  # Nsight Compute, all regressed cases together
 
 
-def _profiles(comparison: Comparison, base_tree: Path, head_tree: Path) -> list[CaseProfile]:
+def _profiles(comparison: Comparison, arms: tuple[Arm, Arm]) -> list[CaseProfile]:
     """Nsight Compute of each regressed gated case, base beside head, within the budget
     (skipped, and said so, without ncu, counters or time)."""
     from guard.measure import profile
@@ -341,7 +341,13 @@ def _profiles(comparison: Comparison, base_tree: Path, head_tree: Path) -> list[
         else:
             print(f"[perf-guard] profile {c.case_id}: base and head under Nsight Compute",
                   file=sys.stderr, flush=True)  # fmt: skip
-            pc = profile.profile_case(c.candidate.case, base_tree, head_tree, budget_s=budget)
+            pc = profile.profile_case(
+                c.candidate.case,
+                arms[0].kernels_root or local_kernels_root(),
+                arms[1].kernels_root or local_kernels_root(),
+                budget_s=budget,
+                confined=((arms[0].env, arms[0].wrapper), (arms[1].env, arms[1].wrapper)),
+            )
             rows = [(r[0], r[1], r[2], r[3]) for r in profile.profile_rows(pc)]
         spent += time.monotonic() - started
         out.append(CaseProfile(c.case_id, tuple(rows)))
@@ -376,21 +382,8 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str],
             cand_arm = Arm("candidate", None, "working tree")
         changes = policy_changes(suite, theirs, pr_tree)
         covered = coverage_notes(suite)
-        if args.candidate_tree or args.trusted_cache:
-            # A cache of each tree's own, each a copy of the trusted one: nothing the PR's
-            # code builds or writes is loaded by the base's workers.
-            trusted = build_cache.check_trusted(args.trusted_cache) if args.trusted_cache else None
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="guard-caches-"))
-            t0 = time.monotonic()
-            envs = build_cache.arm_caches(folder, trusted)
-            base_arm, cand_arm = replace(base_arm, env=envs[0]), replace(cand_arm, env=envs[1])
-            seeded = f"copies of {trusted}" if trusted else "empty (no --trusted-cache)"
-            print(
-                f"[perf-guard] compile caches: one per tree, {seeded} "
-                f"({time.monotonic() - t0:.1f} s)",
-                file=sys.stderr,
-                flush=True,
-            )
+        (base_arm, cand_arm), confined = _confine(args, stack, (base_arm, cand_arm))
+        covered = (*confined, *covered)
         if args.kernels:
             suite = suite.select(args.kernels)
         if args.shard:  # this runner's share, balanced by time in this GPU's baseline
@@ -415,9 +408,52 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str],
             progress.close()
         args.measured_s = time.monotonic() - started  # main() says where the wall time went
         comparison = replace(comparison, notes=(*comparison.notes, *covered))
-        roots = [Path(a.kernels_root or local_kernels_root()) for a in (base_arm, cand_arm)]
-        return comparison, changes, _profiles(comparison, *roots)
+        return comparison, changes, _profiles(comparison, (base_arm, cand_arm))
     raise AssertionError("unreachable")  # pragma: no cover  (the with block returns)
+
+
+def _confine(
+    args: argparse.Namespace, stack: contextlib.ExitStack, arms: tuple[Arm, Arm]
+) -> tuple[tuple[Arm, Arm], tuple[str, ...]]:
+    """Each tree's own compile caches (copies of the trusted one) and, asked for or
+    where bubblewrap works, its sandbox: the arms that run so, and a note saying how.
+    In judge mode, with a trusted cache, or with ``--sandbox bwrap``; a local run
+    without them keeps the user's own caches."""
+    if not (args.candidate_tree or args.trusted_cache or args.sandbox == "bwrap"):
+        return arms, ()
+    trusted = build_cache.check_trusted(args.trusted_cache) if args.trusted_cache else None
+    folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="guard-caches-"))
+    t0 = time.monotonic()
+    envs = build_cache.arm_caches(folder, trusted)
+    seeded = f"copies of {trusted}" if trusted else "empty (no --trusted-cache)"
+    print(
+        f"[perf-guard] compile caches: one per tree, {seeded} ({time.monotonic() - t0:.1f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    why = "not asked for (--sandbox none)" if args.sandbox == "none" else sandbox.unavailable()
+    if why and args.sandbox == "bwrap":
+        raise InfraError(f"--sandbox bwrap: {why}")
+    out = []
+    for arm, env, writable in zip(arms, envs, build_cache.arm_folders(folder), strict=True):
+        wrapper: tuple[str, ...] = ()
+        if not why:
+            root = arm.kernels_root or local_kernels_root()
+            readable = [
+                str(GUARD_ROOT),
+                root,
+                *sys.path,
+                *os.environ.get("PYTHONPATH", "").split(":"),
+            ]
+            wrapper = sandbox.wrapper([str(writable)], [r for r in readable if r])
+        out.append(replace(arm, env=env, wrapper=wrapper))
+    note = (
+        "sandbox: each tree's code ran in bubblewrap, the file system read-only but its own "
+        "compile caches, without the runner's variables"
+        if not why
+        else f"sandbox: none ({why}); each tree still had its own compile caches"
+    )
+    return (out[0], out[1]), (note,)
 
 
 def _same_kernels(base_arm: Arm, cand_arm: Arm) -> str:
@@ -649,6 +685,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="a compile cache built by a trusted job on main (guard warm-cache DIR): each "
         "tree's workers start from a copy of it; it is never written",
+    )
+    p.add_argument(
+        "--sandbox",
+        choices=sandbox.MODES,
+        default="auto",
+        help="run each tree's code in bubblewrap, read-only but its own caches: bwrap "
+        "(exit 3 where it cannot), auto (where it can; the default), none",
     )
     p.add_argument(
         "--surface",

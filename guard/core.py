@@ -797,6 +797,7 @@ def _compare_in(session: Session, opts: MeasureOptions, arms: tuple[Arm, Arm]) -
         roots[0],
         roots[1],
         envs=(arms[0].env, arms[1].env),
+        wrappers=(arms[0].wrapper, arms[1].wrapper),
     )
 
     try:
@@ -920,6 +921,7 @@ class ResourceCompile:
         head_root: str,
         arches: Sequence[str] = RESOURCE_ARCHES,
         envs: tuple[tuple[tuple[str, str], ...], ...] = ((), ()),
+        wrappers: tuple[tuple[str, ...], ...] = ((), ()),
     ) -> None:
         from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -936,24 +938,39 @@ class ResourceCompile:
         if not suite.raw:
             self._problem = f"the suite {shown(suite.source)} has no file to compile from"
             return
-        # The child reads exactly these cases (surface cases among them) from a copy.
-        suite_file = str(Path(self._tmp.name) / "suite.yaml")
+        # Each child reads exactly these cases (surface cases among them) from a copy in
+        # a folder it can read in its sandbox: its own TMPDIR, where it has one.
         try:
-            Path(suite_file).write_text(yaml.safe_dump(suite.document(), sort_keys=False), "utf-8")
-        except (OSError, yaml.YAMLError) as exc:
+            document = yaml.safe_dump(suite.document(), sort_keys=False)
+        except yaml.YAMLError as exc:
             self._problem = f"cannot copy the suite {shown(suite.source)}: {exc}"
             return
         kernels_ = sorted({c.kernel for c in suite.cases})
         ids = [c.id for c in suite.cases]  # not every kernel x name: a shard is a set of ids
 
-        def collect(root: str, env: tuple[tuple[str, str], ...]) -> resources.ResourceReport:
+        def collect(
+            root: str, env: tuple[tuple[str, str], ...], wrapper: tuple[str, ...]
+        ) -> resources.ResourceReport:
+            folder = dict(env).get("TMPDIR") or self._tmp.name
+            suite_file = Path(tempfile.mkdtemp(prefix="suite-", dir=folder)) / "suite.yaml"
+            try:
+                suite_file.write_text(document, "utf-8")
+            except OSError as exc:
+                raise InfraError(f"cannot copy the suite for the resources: {exc}") from None
             return resources.collect_in_tree(
-                root, suite_file, arches, 300, kernels=kernels_, case_ids=ids, env=dict(env)
+                root,
+                suite_file,
+                arches,
+                300,
+                kernels=kernels_,
+                case_ids=ids,
+                env=dict(env),
+                wrapper=wrapper,
             )
 
         self._futures = tuple(
-            self._pool.submit(collect, root, env)
-            for root, env in zip((base_root, head_root), envs, strict=True)
+            self._pool.submit(collect, root, env, wrapper)
+            for root, env, wrapper in zip((base_root, head_root), envs, wrappers, strict=True)
         )
 
     @property

@@ -29,12 +29,16 @@ FOLDERS = {
     "TRITON_CACHE_DIR": "triton",
     "TORCH_EXTENSIONS_DIR": "torch-extensions",
 }
+TEMP = "tmp"  # a tree's own TMPDIR (compilers' scratch files), never copied
 
 
 def env_for(folder: str | Path) -> Env:
-    """The variables that point every compile cache into ``folder``."""
+    """The variables that point every compile cache, and the temporary folder, into
+    ``folder`` (its ``tmp`` made here)."""
     root = Path(folder)
-    return tuple((var, str(root / name)) for var, name in FOLDERS.items())
+    (root / TEMP).mkdir(parents=True, exist_ok=True)
+    caches = tuple((var, str(root / name)) for var, name in FOLDERS.items())
+    return (*caches, ("TMPDIR", str(root / TEMP)))
 
 
 def _copy(trusted: Path, folder: Path) -> None:
@@ -59,11 +63,15 @@ def check_trusted(trusted: str | Path) -> Path:
     return path.resolve()
 
 
+def arm_folders(root: str | Path) -> tuple[Path, Path]:
+    """The folders of ``arm_caches`` (base, head): all that a tree's code may write."""
+    return Path(root) / "base", Path(root) / "head"
+
+
 def arm_caches(root: str | Path, trusted: str | Path | None) -> tuple[Env, Env]:
     """Two caches under ``root`` (base, head), each a copy of ``trusted`` (or empty)."""
     envs = []
-    for name in ("base", "head"):
-        folder = Path(root) / name
+    for name, folder in zip(("base", "head"), arm_folders(root), strict=True):
         folder.mkdir(parents=True, exist_ok=True)
         try:
             if trusted is not None:
@@ -93,6 +101,7 @@ def publish(built: Path, dest: str | Path) -> None:
     """Replace ``dest`` with ``built`` whole: a reader sees the old cache or the new one,
     never half of one (a rename; the old one is removed after)."""
     dest = Path(dest)
+    shutil.rmtree(built / TEMP, ignore_errors=True)  # scratch, not cache
     old = None
     if dest.exists() or dest.is_symlink():
         old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))

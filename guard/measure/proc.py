@@ -38,11 +38,24 @@ from guard.base.files import inside
 GUARD_ROOT = Path(__file__).resolve().parents[2]
 
 
+# The CI runner's variables: what a tree's code could use to reach the job (the files
+# GitHub reads after a step: GITHUB_ENV, GITHUB_PATH, GITHUB_OUTPUT; the runtime token
+# ACTIONS_RUNTIME_TOKEN; the runner's folders), and the shell start-up files a later
+# step's bash would source. No child of the guard needs them.
+RUNNER_PREFIXES = ("GITHUB_", "ACTIONS_", "RUNNER_")
+SHELL_STARTUP = ("BASH_ENV", "ENV")
+
+
 def child_env(*, compiled: bool = False) -> dict[str, str]:
-    """This process's environment with ``GUARD_ROOT`` first on ``PYTHONPATH`` and
-    unbuffered output; ``compiled``: without ``TRITON_INTERPRET`` (the kernels must
+    """This process's environment with ``GUARD_ROOT`` first on ``PYTHONPATH``, unbuffered
+    output, and none of the CI runner's variables (``RUNNER_PREFIXES``,
+    ``SHELL_STARTUP``); ``compiled``: without ``TRITON_INTERPRET`` (the kernels must
     compile or run on the GPU, not be interpreted)."""
-    env = dict(os.environ)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(RUNNER_PREFIXES) and k not in SHELL_STARTUP
+    }
     if compiled:
         env.pop("TRITON_INTERPRET", None)
     env["PYTHONPATH"] = os.pathsep.join(

@@ -330,15 +330,27 @@ class _Skip(Exception):
     pass
 
 
+# An arm's extra environment (its caches) and command prefix (its sandbox).
+Confined = tuple[tuple[tuple[str, str], ...], tuple[str, ...]]
+
+
 def _profile_arm(
-    ncu: str, case: Case, tree: str | Path, seed: int, timeout_s: float, arm: str, budget_s: float
+    ncu: str,
+    case: Case,
+    tree: str | Path,
+    seed: int,
+    timeout_s: float,
+    arm: str,
+    budget_s: float,
+    confined: Confined = ((), ()),
 ) -> KernelProfile:
     if timeout_s <= 0:
         raise _Skip(f"profiling budget spent before the {arm} run ({budget_s:g} s for both)")
-    env = child_env(compiled=True)
+    extra, wrapper = confined
+    env = {**child_env(compiled=True), **dict(extra)}
     try:
         run = run_group(
-            ncu_command(ncu, case, tree, seed), timeout_s, env,
+            [*wrapper, *ncu_command(ncu, case, tree, seed)], timeout_s, env,
             stdout_limit=OUTPUT_LIMIT, stderr_limit=STDERR_LIMIT,
         )  # fmt: skip
     except OSError as exc:
@@ -367,11 +379,13 @@ def profile_case(
     ncu: str | None = None,
     seed: int = 0,
     head_case: Case | None = None,
+    confined: tuple[Confined, Confined] = (((), ()), ((), ())),
 ) -> ProfileComparison:
     """Profile one launch of ``case`` in ``base_tree`` and in ``head_tree`` under ncu.
 
     ``head_case``: the head arm runs this case instead (two kernels on one shape, e.g.
     SDPA as the base and a kernel of this tree as the head); the answer keeps ``case``'s id.
+    ``confined``: each arm's variables and command prefix (its caches, its sandbox).
 
     ``ncu``: the executable; None looks for ``ncu`` on PATH. ``budget_s`` caps the wall
     time of both runs together (base: half of it; head: what is left). Never raises for
@@ -383,9 +397,11 @@ def profile_case(
         return ProfileComparison(case.id, None, None, "ncu (Nsight Compute) is not on PATH")
     start = time.monotonic()
     try:
-        base = _profile_arm(exe, case, base_tree, seed, budget_s / 2, "base", budget_s)
+        base = _profile_arm(exe, case, base_tree, seed, budget_s / 2, "base", budget_s, confined[0])
         left = budget_s - (time.monotonic() - start)
-        head = _profile_arm(exe, head_case or case, head_tree, seed, left, "head", budget_s)
+        head = _profile_arm(
+            exe, head_case or case, head_tree, seed, left, "head", budget_s, confined[1]
+        )
     except _Skip as skip:
         return ProfileComparison(case.id, None, None, str(skip))
     return ProfileComparison(case.id, base, head)

@@ -285,6 +285,7 @@ def collect_in_tree(
     case_ids: Sequence[str] = (),
     python: str | None = None,
     env: Mapping[str, str] | None = None,
+    wrapper: Sequence[str] = (),
 ) -> ResourceReport:
     """``collect_resources`` in a child process over ``tree``'s kernels.
 
@@ -292,7 +293,8 @@ def collect_in_tree(
     with ``tree`` first on ``sys.path``, so ``tree/kernels`` is what compiles and the
     suite's kernel names are checked against that tree's registry. ``kernels`` and
     ``case_names`` select cases (``Suite.select``), ``case_ids`` exactly these (a shard's
-    cases are not every kernel by every name). The child runs at the lowest CPU priority
+    cases are not every kernel by every name). ``env`` and ``wrapper``: the tree's own
+    caches and sandbox (``runner.Arm``). The child runs at the lowest CPU priority
     (it compiles while the GPU measures). The child and everything it starts
     (nvcc, ptxas) run in their own process group, killed at ``timeout_s``.
 
@@ -302,9 +304,11 @@ def collect_in_tree(
     tree = Path(tree).resolve()
     suite_path = Path(suite_path).resolve()
     child = {**child_env(compiled=True), **(env or {})}  # ``env``: the tree's own caches
-    with tempfile.TemporaryDirectory(prefix="guard-resources-") as tmp:
+    # The report is written where the child may write: its own TMPDIR (``wrapper``, a
+    # sandbox, keeps every other folder read-only). A note, never a verdict.
+    with tempfile.TemporaryDirectory(prefix="guard-resources-", dir=child.get("TMPDIR")) as tmp:
         out = Path(tmp) / "resources.json"
-        cmd = [python or sys.executable, "-m", "guard.measure.resources",
+        cmd = [*wrapper, python or sys.executable, "-m", "guard.measure.resources",
                "--kernels-root", str(tree), "--suite", str(suite_path), "--out", str(out),
                "--arch", *arches]  # fmt: skip
         if kernels:

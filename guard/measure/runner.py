@@ -117,8 +117,11 @@ class Arm:
     kernels_root: str | None = None
     label: str = ""
     # Environment variables its workers set before importing its kernels (its own
-    # compile caches: ``guard.build_cache``).
+    # compile caches: ``guard.measure.build_cache``).
     env: tuple[tuple[str, str], ...] = ()
+    # The command prefix of every process that runs its code (its sandbox:
+    # ``guard.measure.sandbox.wrapper``; (): none).
+    wrapper: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,9 @@ class _Lane:
     pairs: int = 0  # timing rounds of both arms done here: who goes first alternates
     current: subprocess.Popen[str] | None = None  # the worker running now
     thread: ThreadPoolExecutor | None = None  # drives the lane (several lanes only)
+    # The arm of the worker after the one running now: its spare is started for it
+    # (each arm's workers have their own environment and sandbox).
+    next_arm: Arm | None = None
 
 
 def case_seed(base: int, case_id: str, round_index: int) -> int:
@@ -259,7 +265,7 @@ class Session:
             if self.prestart and lane.spare is None:
                 # The first timing round's worker imports while the check runs, started
                 # by this thread (which runs the rounds: its death signal follows it).
-                command, env = self._worker_command(lane)
+                command, env = self._worker_command(lane, self.arms[0])
                 lane.spare = _Started.start([*command, PRELOAD_FLAG], env, base=command)
             self._at_once("check", 1)
             return
@@ -351,7 +357,9 @@ class Session:
         lane.pairs += 1
         order = list(cases)
         random.Random(self.seed + r).shuffle(order)
-        for arm in arms:
+        for i, arm in enumerate(arms):
+            # After this round's last arm, the next round on this lane starts with it.
+            lane.next_arm = arms[i + 1] if i + 1 < len(arms) else arm
             self._round(lane, arm, "time", order, r, total)
 
     def _on_lanes(self, work: Sequence[Sequence[Callable[[], None]]]) -> None:
@@ -482,7 +490,7 @@ class Session:
             current: str | None = batch[0].id if self.sanitize else None
             progressed = False
             clock: WorkerClock | None = None
-            with contextlib.closing(self._spawn(lane, job)) as events:
+            with contextlib.closing(self._spawn(lane, arm, job)) as events:
                 for event in events:
                     kind = event.get("event")
                     if kind == "hello":
@@ -627,7 +635,7 @@ class Session:
             "20",
         ]
 
-    def _spawn(self, lane: _Lane, job: WorkerJob) -> Generator[Event, None, None]:
+    def _spawn(self, lane: _Lane, arm: Arm, job: WorkerJob) -> Generator[Event, None, None]:
         """Start a worker and yield its events; synthesize exit/timeout events.
 
         The worker's process group is killed when the worker ends (its kernels' children
@@ -635,18 +643,20 @@ class Session:
         open until then: end of file there tells its watchdog the guard is gone. What
         left the group is killed then too, and kept in the lane's ``strays``.
         """
-        command, env = self._worker_command(lane)
+        command, env = self._worker_command(lane, arm)
         with subreaper():  # from the start: a daemon's double fork may come at import
             yield from self._worker_events(lane, job, command, env)
 
-    def _worker_command(self, lane: _Lane) -> tuple[list[str], dict[str, str]]:
-        """The command line and environment of a worker on ``lane``."""
-        env = child_env()
+    def _worker_command(self, lane: _Lane, arm: Arm) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment of a worker of ``arm`` on ``lane``: in the
+        arm's sandbox, with the arm's variables."""
+        env = {**child_env(), **dict(arm.env)}
         if lane.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = lane.gpu
         if self.sanitize:  # memcheck sees cudaMalloc bounds, not torch's sub-allocations
             env["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
-        return [*self._sanitizer(), self.python, "-m", "guard.measure.worker"], env
+        worker = [self.python, "-m", "guard.measure.worker"]
+        return [*arm.wrapper, *self._sanitizer(), *worker], env
 
     def _take_spare(self, lane: _Lane, command: list[str], env: dict[str, str]) -> _Started | None:
         """The lane's worker started ahead, if it was started for this command and
@@ -686,8 +696,12 @@ class Session:
                 pass
             if self.prestart and lane.spare is None and not self._stopping.is_set():
                 # The next worker imports while this one runs (the same thread starts
-                # both: the death signal follows the thread that started a worker).
-                lane.spare = _Started.start([*command, PRELOAD_FLAG], env, base=command)
+                # both: the death signal follows the thread that started a worker), for
+                # the arm it will serve.
+                ahead, ahead_env = command, env
+                if lane.next_arm is not None:
+                    ahead, ahead_env = self._worker_command(lane, lane.next_arm)
+                lane.spare = _Started.start([*ahead, PRELOAD_FLAG], ahead_env, base=ahead)
 
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
             finished = False  # the worker said "done"

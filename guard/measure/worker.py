@@ -457,6 +457,9 @@ def _run(proto: TextIO, data: dict[str, Any], clock: _Clock) -> int:
 
     _start_watchdog()
     os.environ.update({str(k): str(v) for k, v in data.get("env", {}).items()})
+    import tempfile
+
+    tempfile.tempdir = None  # TMPDIR may be the arm's own now: asked again at next use
     root = data.get("kernels_root")
     if root:
         sys.path.insert(0, root)  # the --against arm: its kernels, this guard
