@@ -58,13 +58,24 @@ check() {  # phase, tree
 import json, sys
 o = json.load(open(sys.argv[1]))
 for note in o["notes"]:
-    if note.startswith(("surface", "kernels/", "coverage")):
+    if note.startswith(("surface", "kernels/", "coverage", "sandbox")):
         print(" ", note[:300])
 for c in o["cases"]:
     if c["verdict"] not in ("identical", "control"):
         r = c["ratio"]
         ci = f" [{c['low']:.3f}, {c['high']:.3f}]" if c.get("low") else ""
         print(f"  {c['id']:<48} {c['verdict']:<12} {'' if r is None else f'{r:.3f}x'}{ci}")
+keys = ("start_s", "imports_s", "load_s", "check_s", "prepare_s", "warm_s", "sample_s",
+        "verify_s", "exit_s", "total_s")
+for name in ("base-results.json", "results.json"):  # where each worker's time went
+    try:
+        rounds = json.load(open(sys.argv[1].replace("meta.json", name)))["rounds"]
+    except (OSError, KeyError):
+        continue
+    for info in rounds:
+        ph = info.get("phases") or {}
+        cells = " ".join(f"{k[:-2]} {ph.get(k, 0):.1f}" for k in keys)
+        print(f"  {name[:4]} round {info['index']:>2} {info['duration_s']:5.1f} s: {cells}")
 PY
 }
 

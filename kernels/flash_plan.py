@@ -15,7 +15,7 @@ The paths, by the kernel that runs them:
 - ``triton`` (``kernels/triton_flash.py``): ``pointer`` (pointer loads pipelined with
   cp.async; any GPU), ``tma_ws`` (sm_90: TMA descriptors and triton's automatic warp
   specialization; non-causal head_dim 128, seq_k >= ``WS_MIN_SEQ_K`` and a multiple of
-  the tile; ``ATTN_TRITON_WS=0`` turns it off), ``autotune`` (``ATTN_TRITON_AUTOTUNE=1``:
+  the tile; only with ``ATTN_TRITON_WS=1``), ``autotune`` (``ATTN_TRITON_AUTOTUNE=1``:
   over ``CONFIGS``), ``interpret`` (``TRITON_INTERPRET=1``: one small config).
 - ``gluon`` (``kernels/gluon_flash_fwd.py``, sm_90 only): one of ``VARIANTS`` with
   ``gluon_config``'s tiles; ``FASTER`` names the variant per (head_dim, causal), and
@@ -54,7 +54,11 @@ GLUON_CAPABILITY = 90  # wgmma, TMA: sm_90 only
 
 # The switches, by environment variable.
 AUTOTUNE_ENV = "ATTN_TRITON_AUTOTUNE"  # "1": autotune the Triton kernel
-WS_ENV = "ATTN_TRITON_WS"  # "0": no TMA + warp-specialized Triton path
+# "1": the TMA + warp-specialized Triton path (off by default: on an H200 with triton 3.6
+# it left NaN in 233 of 240 calls at 1x16x16384x128 while 5 other processes shared the
+# GPU, where the pointer path and the Gluon kernel left none and it alone was right:
+# benchmarks/concurrent_nan.py, docs/notes/triton-kernel.md).
+WS_ENV = "ATTN_TRITON_WS"
 GLUON_ENV = "ATTN_GLUON"  # "0": the entry point never takes the Gluon kernel
 INTERPRET_ENV = "TRITON_INTERPRET"  # "1": kernels interpreted on the CPU
 
@@ -68,7 +72,7 @@ class Env:
     """The environment switches the choice depends on."""
 
     gluon: bool = True  # ATTN_GLUON != "0" (and the Gluon kernel importable)
-    triton_ws: bool = True  # ATTN_TRITON_WS != "0"
+    triton_ws: bool = False  # ATTN_TRITON_WS == "1"
     autotune: bool = False  # ATTN_TRITON_AUTOTUNE == "1"
     interpret: bool = False  # TRITON_INTERPRET == "1"
 
@@ -80,7 +84,7 @@ class Env:
         process reads once, when triton decorates the kernels)."""
         return cls(
             gluon=getenv(GLUON_ENV) != "0",
-            triton_ws=getenv(WS_ENV) != "0",
+            triton_ws=getenv(WS_ENV) == "1",
             autotune=getenv(AUTOTUNE_ENV) == "1",
             interpret=getenv(INTERPRET_ENV) == "1" if interpret is None else interpret,
         )

@@ -33,7 +33,8 @@ of 128, and 16-byte aligned rows take a second branch of the same kernel: Q/K/V/
 through device-side TMA tensor descriptors and one key loop under triton's automatic
 warp specialization (a TMA producer warp group, two consumer warp groups of 64 rows;
 ``WS_PINNED``). Triton 3.6 accepts only that one plain loop, so causal and ragged
-calls stay on the pointer path. ``ATTN_TRITON_WS=0`` turns the branch off.
+calls stay on the pointer path. Only with ``ATTN_TRITON_WS=1``: with other processes
+on the GPU the branch left NaN in most calls (``flash_plan.WS_ENV``).
 
 Launch. ``kernels.flash_plan.choose`` (asked for ``kernel="triton"``) picks the path
 and config; ``kernels.flash_launch.Entry`` keeps each key's launch (``_Plan``: the

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from guard.measure.reference import attention_reference, yardstick_sdpa
 from guard.store.results import Correctness
 from guard.store.suite import Case, TimingPlan, Tolerance
 
@@ -127,8 +128,6 @@ def reference_rows(
 ) -> torch.Tensor:
     """The reference's output at query ``rows`` (every key), a few heads at a time so
     that no more than ``CHUNK_PAIRS`` scores exist at once."""
-    from kernels.reference import attention_reference
-
     batch, heads, _, _ = q.shape
     group = heads // k.shape[1]
     pairs_per_head = batch * len(rows) * k.shape[2]
@@ -167,19 +166,17 @@ class Yardstick:
         tol: Tolerance,
         seed: int,
     ) -> Yardstick:
-        """float32 reference (float64 on the CPU); bounds from SDPA's own error. A long
-        case's reference covers a sample of its query rows (``sampled_rows``)."""
-        from kernels.reference import attention_reference
-        from kernels.sdpa import sdpa_default
-
+        """float32 reference (float64 on the CPU); bounds from SDPA's own error (both
+        the guard's, ``guard.measure.reference``). A long case's reference covers a
+        sample of its query rows (``sampled_rows``)."""
         ref_dtype = torch.float64 if q.device.type == "cpu" else torch.float32
         rows = sampled_rows(q, k, seed)
         if rows is None:
             ref = attention_reference(q, k, v, causal=causal, dtype=ref_dtype)
-            yard = sdpa_default(q, k, v, causal=causal)
+            yard = yardstick_sdpa(q, k, v, causal)
         else:
             ref = reference_rows(q, k, v, causal, rows, ref_dtype)
-            yard = sdpa_default(q, k, v, causal=causal)[:, :, rows]
+            yard = yardstick_sdpa(q, k, v, causal)[:, :, rows]
         yard_rel, yard_max = _errors(yard, ref)
         del yard
         rel_bound = tol.factor * yard_rel + tol.rel_norm_floor
