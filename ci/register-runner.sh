@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Run an EPHEMERAL self-hosted GPU runner for the perf-guard check: register it for
-# one job (`config.sh --ephemeral`), run that job (`run.sh` exits after it), kill every
-# process the job left, wipe everything it could write, and register again with a
-# fresh runner folder, work folder, HOME and temp folder. See docs/CI.md.
+# Run an EPHEMERAL self-hosted GPU runner for the perf-guard check: take one job (a
+# just-in-time runner configuration, or `config.sh --ephemeral`), run it (`run.sh`
+# exits after it), kill every process the job left, wipe everything it could write, and
+# start again with a fresh runner folder, work folder, HOME and temp folder. See
+# docs/CI.md.
 #
 # Usage (as root; the jobs run as PERF_GUARD_RUNNER_USER, never as root):
 #   register-runner.sh loop    register, run one job, clean up; forever
@@ -17,18 +18,28 @@
 #   PERF_GUARD_RUNNER_URL      https://github.com/<org> (runner groups are per
 #                              organization) or https://github.com/<owner>/<repo>
 #   PERF_GUARD_RUNNER_KIND     GPU label: h100, h200, l4 (the workflows' matrix)
+#   PERF_GUARD_RUNNER_TRUST    trusted (main's nightly and baseline refresh) or
+#                              untrusted (pull requests): a label, and its runner group
+#                              (perf-guard-trusted, perf-guard-untrusted by default);
+#                              one machine serves one of them, never both
 #   PERF_GUARD_RUNNER_USER     dedicated unprivileged user that runs nothing else: no
 #                              sudo, no docker group, no cron/at (its processes are all
 #                              killed between jobs)
 #   PERF_GUARD_RUNNER_TARBALL  root-owned actions-runner-linux-x64-<version>.tar.gz,
 #                              unpacked afresh for every job
-#   PERF_GUARD_RUNNER_GROUP    runner group (default: perf-guard)
+#   PERF_GUARD_RUNNER_GROUP    runner group (default: perf-guard-<trust>)
 #   PERF_GUARD_RUNNER_NAME     runner name (default: <host>-<kind>)
 #   PERF_GUARD_RUNNER_ROOT     per-job folder, wiped between jobs
 #                              (default: /var/lib/perf-guard-runner/<name>)
 #   PERF_GUARD_RUNNER_GPU      CUDA_VISIBLE_DEVICES for the jobs (one runner per GPU)
 #   PERF_GUARD_PYTHON          passed to the jobs (ci/setup-runner.sh's interpreter)
-# The registration token, never from the repository; the first that is set:
+# How a runner is made, the first that is set:
+#   PERF_GUARD_RUNNER_JIT_DIR  (recommended) a root-owned folder where a controller off
+#       this machine (ci/runner-controller.sh) puts `jitconfig`: a just-in-time runner
+#       configuration, good for one runner and one job, made with the controller's
+#       token. The script waits for it, reads and deletes it, and runs the job with it.
+#       No token that can register runners is ever on this machine.
+# Else a registration token, never from the repository; the first that is set:
 #   PERF_GUARD_RUNNER_ADMIN_TOKEN_FILE  a token allowed to create registration tokens
 #       (fine-grained PAT or GitHub App token: organization "Self-hosted runners:
 #       write", or repository "Administration: write"); a fresh registration token
@@ -56,7 +67,11 @@ config() {
     kind=${PERF_GUARD_RUNNER_KIND:?set PERF_GUARD_RUNNER_KIND (h100, h200, l4)}
     user=${PERF_GUARD_RUNNER_USER:?set PERF_GUARD_RUNNER_USER (a dedicated unprivileged user)}
     tarball=${PERF_GUARD_RUNNER_TARBALL:?set PERF_GUARD_RUNNER_TARBALL (actions-runner-linux-x64-*.tar.gz)}
-    group=${PERF_GUARD_RUNNER_GROUP:-perf-guard}
+    trust=${PERF_GUARD_RUNNER_TRUST:?set PERF_GUARD_RUNNER_TRUST (trusted or untrusted)}
+    [[ "$trust" == trusted || "$trust" == untrusted ]] || die "PERF_GUARD_RUNNER_TRUST must be trusted or untrusted"
+    group=${PERF_GUARD_RUNNER_GROUP:-perf-guard-$trust}
+    jit_dir=${PERF_GUARD_RUNNER_JIT_DIR:-}
+    [[ -z "$jit_dir" || ( "$jit_dir" == /* && "$jit_dir" != *..* ) ]] || die "PERF_GUARD_RUNNER_JIT_DIR must be an absolute path"
     name=${PERF_GUARD_RUNNER_NAME:-$(hostname -s)-$kind}
     root=${PERF_GUARD_RUNNER_ROOT:-/var/lib/perf-guard-runner/$name}
 
@@ -120,6 +135,7 @@ as_runner() {
         export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
         export HOME="$root/home" TMPDIR="$root/tmp" USER="$user" LOGNAME="$user"
         if [[ -n "${runner_token:-}" ]]; then export ACTIONS_RUNNER_INPUT_TOKEN="$runner_token"; fi
+        if [[ -n "${runner_jit:-}" ]]; then export ACTIONS_RUNNER_INPUT_JITCONFIG="$runner_jit"; fi
         exec setpriv --reuid="$uid" --regid="$gid" --init-groups --no-new-privs -- "$@"
     )
 }
@@ -128,6 +144,20 @@ secret_file() { # $1 must be a regular file owned by root and readable by nobody
     [[ -f "$1" && ! -L "$1" ]] || return 1
     [[ "$(stat -c %u "$1")" == 0 ]] || die "$1 must be owned by root"
     (( ($(stat -c '%#a' "$1") & 8#077) == 0 )) || die "$1 must not be readable by group or others (chmod 600)"
+}
+
+# The controller's just-in-time configuration for the next job: waited for, read once
+# and deleted (it registers one runner, once). The folder and file must be root's.
+jit_config() {
+    local file="$jit_dir/jitconfig"
+    [[ -d "$jit_dir" && "$(stat -c %u "$jit_dir")" == 0 ]] || die "$jit_dir: not a root-owned folder"
+    (( ($(stat -c '%#a' "$jit_dir") & 8#022) == 0 )) || die "$jit_dir must be writable by root only"
+    until secret_file "$file"; do sleep 5; done
+    local config
+    config=$(head -c 65536 "$file")
+    rm -f "$file"
+    [[ "$config" =~ ^[A-Za-z0-9+/=]+$ ]] || die "$file: not a base64 runner configuration"
+    printf '%s\n' "$config"
 }
 
 registration_token() {
@@ -166,18 +196,26 @@ one_job() {
         if [[ -n "${PERF_GUARD_PYTHON:-}" ]]; then echo "PERF_GUARD_PYTHON=$PERF_GUARD_PYTHON"; fi
     } > "$root/runner/.env"
 
-    runner_token=$(registration_token) || die "could not get a registration token"
-    [[ -n "$runner_token" ]] || die "empty registration token"
-    (
-        cd "$root/runner"
-        as_runner ./config.sh --unattended --ephemeral --disableupdate --replace --url "$url" \
-            --name "$name" --runnergroup "$group" --labels "self-hosted,linux,gpu,$kind" \
-            --work "$root/work"
-    )
-    runner_token=""
-    echo "register-runner: $name registered (ephemeral, group $group, labels gpu,$kind); waiting for a job"
     local status=0
-    (cd "$root/runner" && as_runner ./run.sh) || status=$?
+    if [[ -n "$jit_dir" ]]; then
+        echo "register-runner: $name waiting for a just-in-time configuration in $jit_dir"
+        runner_jit=$(jit_config) || die "no just-in-time configuration"
+        echo "register-runner: $name configured just in time; waiting for a job"
+        (cd "$root/runner" && as_runner ./run.sh) || status=$?
+        runner_jit=""
+    else
+        runner_token=$(registration_token) || die "could not get a registration token"
+        [[ -n "$runner_token" ]] || die "empty registration token"
+        (
+            cd "$root/runner"
+            as_runner ./config.sh --unattended --ephemeral --disableupdate --replace --url "$url" \
+                --name "$name" --runnergroup "$group" --labels "self-hosted,linux,gpu,$trust,$kind" \
+                --work "$root/work"
+        )
+        runner_token=""
+        echo "register-runner: $name registered (ephemeral, group $group, labels gpu,$trust,$kind); waiting for a job"
+        (cd "$root/runner" && as_runner ./run.sh) || status=$?
+    fi
     echo "register-runner: $name finished its job (run.sh exit $status); cleaning up"
     kill_user_processes
     wipe_user_files

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Install the checkout this script belongs to (`pip install -e <its root>`, whatever
-# the current directory) on a self-hosted GPU runner, in a fresh virtual environment
-# that sees the runner's preinstalled CUDA build of torch. The PR check runs the
+# Install the checkout this script belongs to (its root on the environment's path, as
+# an editable install would put it, whatever the current directory) on a self-hosted GPU
+# runner, in a fresh virtual environment that sees the runner's preinstalled CUDA build
+# of torch. Every package it installs is pinned with its hashes
+# (ci/requirements/runner.txt, pip's --require-hashes, --no-deps): nothing unpinned is
+# downloaded, and pip itself is not upgraded. The PR check runs the
 # *judge's* copy, `bash judge/ci/setup-runner.sh`, so a PR can change neither what is
 # installed nor how: the commit under test (pr/) is never installed or built by pip.
 #
@@ -54,12 +57,14 @@ paths += site.getsitepackages() if hasattr(site, "getsitepackages") else []
 paths += [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
 print("\n".join(dict.fromkeys(paths)))
 PY
-printf 'torch==%s\n' "$torch_version" > "$venv/constraints.txt"
-"$venv/bin/python" -m pip install --quiet --upgrade "${pip_args[@]}" pip \
-    || echo "could not upgrade pip; using $("$venv/bin/python" -m pip --version)"
-"$venv/bin/python" -m pip install "${pip_args[@]}" --constraint "$venv/constraints.txt" -e "$repo"
-# The Hopper CUDA kernel's CuTe/CUTLASS headers, pinned (kernels/cuda_flash.py CUTLASS_PIN).
-"$venv/bin/python" -m pip install "${pip_args[@]}" --no-deps "nvidia-cutlass==4.2.0.0"
+# The guard's dependencies and the Hopper CUDA kernel's CuTe/CUTLASS headers, each pinned
+# with its hashes; never torch (the runner's, seen through the .pth file above).
+"$venv/bin/python" -m pip install "${pip_args[@]}" --require-hashes --no-deps \
+    -r "$repo/ci/requirements/runner.txt"
+# The checkout itself, as an editable install: its root on the path, and a `guard` command.
+printf '%s\n' "$repo" > "$site_dir/_perf_guard_checkout.pth"
+printf '#!/bin/sh\nexec "%s" -m guard "$@"\n' "$venv/bin/python" > "$venv/bin/guard"
+chmod 0755 "$venv/bin/guard"
 
 "$venv/bin/python" - "$torch_version" <<'PY' || exit 3
 import os

@@ -28,7 +28,7 @@ import os
 import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -256,6 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m guard.comment", description=__doc__)
     parser.add_argument("--meta", type=Path, action="append", required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--run-url",
+        help="the run to link (the workflow_run event's html_url), in place of the links "
+        "the outcome files carry (which whoever wrote them chose)",
+    )
     args = parser.parse_args(argv)
 
     def error(message: str, code: int = 2) -> int:
@@ -268,6 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcomes = [read(path) for path in args.meta]
     except OutcomeFileError as exc:
         return error(str(exc))
+    if args.run_url is not None:
+        outcomes = [replace(o, run_url=args.run_url) for o in outcomes]
     try:
         write(args.out, markdown(outcomes))
     except OSError as exc:

@@ -503,9 +503,11 @@ def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
 
 def test_the_cutlass_pin_is_installed_everywhere_the_kernel_builds() -> None:
     root = Path(__file__).resolve().parent.parent
-    for script in ("install.sh", "ci/setup-runner.sh"):
-        text = (root / script).read_text()
-        assert f'--no-deps "{cuda_flash.CUTLASS_PIN}"' in text, script
+    assert f'--no-deps "{cuda_flash.CUTLASS_PIN}"' in (root / "install.sh").read_text()
+    # The GPU runners: hash-locked, the wheel alone.
+    assert "--require-hashes --no-deps" in (root / "ci" / "setup-runner.sh").read_text()
+    locked = (root / "ci" / "requirements" / "runner.txt").read_text()
+    assert f"{cuda_flash.CUTLASS_PIN} \\\n    --hash=sha256:" in locked
 
 
 def test_standalone_stub_links_and_runs(compile_results: dict) -> None:

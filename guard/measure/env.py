@@ -168,6 +168,13 @@ def device_slug(device: str) -> str:
     )
 
 
+
+def recorded_host(environ: Mapping[str, str] = os.environ) -> str:
+    """The machine's name as results record it (pytest-benchmark's ``machine_info.node``):
+    empty under CI (``CI`` set, as GitHub Actions sets it), whose results are uploaded
+    and published."""
+    return "" if environ.get("CI") else socket.gethostname()
+
 def collect(device: str, cpu_fallback_reason: str = "", root: str | Path = ".") -> Environment:
     """Describe this machine. Imports torch (and triton when present)."""
     import torch
@@ -183,7 +190,7 @@ def collect(device: str, cpu_fallback_reason: str = "", root: str | Path = ".") 
         "torch": torch.__version__,
         "triton": triton_version,
         "python": platform.python_version(),
-        "host": socket.gethostname(),
+        "host": recorded_host(),
         "commit": commit,
         "commit_dirty": dirty,
         "branch": branch,
