@@ -311,7 +311,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.against or args.baseline or args.baseline_ref:
             raise GuardError("give either two files or --against/--baseline/--baseline-ref")
         _check_outputs(args, results_file=False)
-        plan = _suite(args).timing  # the suite's margin, drift and alpha decide
+        # The suite's margin, drift and alpha decide; two files compared outside a
+        # checkout (no suite file at the default path) get the default plan's.
+        default = args.suite == str(core.DEFAULT_SUITE) and not Path(args.suite).is_file()
+        plan = TimingPlan() if default else _suite(args).timing
         comparison = core.compare_files(args.files[0], args.files[1], args.alpha, plan)
         return _render_comparison(args, comparison)
 

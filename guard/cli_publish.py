@@ -24,6 +24,38 @@ from guard.report import site, terminal
 from guard.store import history, results
 
 MANIFEST = ".guard-site"  # the files of the last build, one per line
+MAX_MANIFEST_BYTES = 1 << 22  # 4 MiB: some 50,000 page names
+
+
+def _manifest(path: Path) -> set[str]:
+    """The page names a manifest lists: a regular file (not a link), bounded, UTF-8."""
+    if path.is_symlink() or not path.is_file():
+        raise BadInput(f"--out {path}: not a regular file; remove it or give a new folder")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        raise BadInput(f"--out {path}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise BadInput(f"--out {path}: over {MAX_MANIFEST_BYTES} bytes, not a site's manifest")
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"--out {path}: not UTF-8 (byte {exc.start})") from None
+    return {line for line in lines if line}
+
+
+def _no_links(out: Path, rels: list[str]) -> None:
+    """Refuse a site folder, or a folder inside it, that is a symbolic link: writing
+    through it would write (and remove stale pages) outside the site."""
+    if out.is_symlink():
+        raise BadInput(f"--out {out}: is a symbolic link; give the folder itself")
+    for folder in sorted({str(Path(rel).parent) for rel in rels} - {"."}):
+        path = out
+        for part in Path(folder).parts:
+            path = path / part
+            if path.is_symlink():
+                raise BadInput(f"--out {path}: is a symbolic link inside the site; remove it")
 
 
 def _previous(out: Path) -> set[str]:
@@ -31,8 +63,8 @@ def _previous(out: Path) -> set[str]:
     if out.exists() and not out.is_dir():
         raise BadInput(f"--out {out}: is not a directory")
     manifest = out / MANIFEST
-    if manifest.is_file():
-        return {line for line in manifest.read_text("utf-8").splitlines() if line}
+    if manifest.exists() or manifest.is_symlink():
+        return _manifest(manifest)
     if out.is_dir() and any(out.iterdir()):
         raise BadInput(
             f"--out {out}: holds files and no {MANIFEST} of an earlier `guard publish`; "
@@ -44,6 +76,7 @@ def _previous(out: Path) -> set[str]:
 def write_site(files: dict[str, str], out: Path) -> int:
     """Write the site's files under ``out``; return how many stale pages were removed."""
     previous = _previous(out)
+    _no_links(out, [*files, *previous])
     for rel, body in files.items():
         core.write_output("--out", out / rel, body)
     stale = sorted(p for p in previous - set(files) if p.startswith("cases/") and "/.." not in p)
@@ -66,7 +99,7 @@ def _repo_url(args: argparse.Namespace) -> str:
 
 def cmd_publish(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    _previous(out)  # refuse a foreign folder before reading anything
+    _no_links(out, sorted(_previous(out)))  # refuse a foreign folder before reading anything
     for path in args.append or ():
         run_id = history.append(results.load(path), args.db)
         what = f"run {run_id}" if run_id is not None else "nothing (no timed case)"

@@ -260,6 +260,9 @@ def check_output_path(option: str, path: str | Path) -> None:
     """Refuse, before anything is measured, an output file that cannot be written:
     a directory, a path under a regular file, a folder this user cannot write in."""
     target = Path(path)
+    special = results.not_a_regular_file(target)
+    if special:
+        raise BadInput(f"{option} {target}: {special}")
     if target.is_dir():
         raise BadInput(f"{option} {target}: is a directory; give a file name")
     for parent in target.parents:
@@ -452,7 +455,7 @@ def _sequential(
     After the correctness round each case has a fingerprint of what it ran on the GPU;
     a case identical to its baseline is decided without timing (``time_identical``
     times it anyway, e.g. to study the noise of an unchanged tree)."""
-    plan = session.suite.timing
+    plan = session.plan  # the CPU's own (cpu_timing) on a CPU: its margin decides there
     rounds, max_rounds = _plan_rounds(session, opts)
 
     def decide() -> Comparison:
@@ -507,7 +510,7 @@ def compare_with_baseline(
             return CompareOutcome(session.results()["candidate"], None, unchecked or missing_reason)
         if unchecked and not opts.time_controls:
             comparison = compare_runs(
-                baseline, measured, alpha=suite.timing.alpha, plan=suite.timing, paired=False
+                baseline, measured, alpha=session.plan.alpha, plan=session.plan, paired=False
             )
             return CompareOutcome(measured, _untimed_controls(comparison))
         comparison = _sequential(
@@ -809,8 +812,8 @@ def _compare_in(session: Session, opts: MeasureOptions, arms: tuple[Arm, Arm]) -
             comparison = _untimed_controls(
                 compare_runs(
                     *pair(),
-                    alpha=suite.timing.alpha,
-                    plan=suite.timing,
+                    alpha=session.plan.alpha,
+                    plan=session.plan,
                     paired=True,
                     family=opts.family,
                 )

@@ -484,3 +484,23 @@ def test_history_window_flags(tmp_path: Path, capsys) -> None:
     assert "not allowed with argument" in capsys.readouterr().err
     with pytest.raises(BadInput, match="limit: must be a positive count"):
         history.trend(db, CASE, limit=0)
+
+
+def test_a_huge_row_is_skipped_unread_and_every_run_is_bounded(tmp_path: Path, monkeypatch) -> None:
+    """A row of 5M round medians (no guard writes one: 200 rounds a case at most) is
+    named and skipped, not parsed; "every run" stops at MAX_TREND_POINTS, marked cut."""
+    db = tmp_path / "h.sqlite"
+    runs = data.history_runs(n=6)
+    ids = [history.append(r, db) for r in runs]
+    huge = "[" + ",".join(["2e-05"] * 5_000_000) + "]"
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "UPDATE case_medians SET round_medians = ? WHERE run_id = ? AND case_id = ?",
+            (huge, ids[2], CASE),
+        )
+    t = history.trend(db, CASE, limit=None)
+    assert ids[2] not in [p.run_id for p in t.points]
+    assert len(t.skipped) == 1 and "over 6400 characters, not read" in t.skipped[0]
+    monkeypatch.setattr(history, "MAX_TREND_POINTS", 3)
+    cut = history.trend(db, CASE, limit=None)
+    assert len(cut.points) <= 3 and cut.truncated

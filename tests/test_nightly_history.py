@@ -141,3 +141,22 @@ def test_push_refuses_what_is_not_a_history(tmp_path: Path) -> None:
     (night / "history-new" / "base.txt").write_text("; rm -rf /\n")
     done = _job("push", night, remote)
     assert done.returncode != 0 and "bad base commit" in done.stdout, done.stdout
+
+
+@needs_git
+def test_a_history_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    """perf-history's history.sqlite as a symbolic link (to /proc/self/environ, the
+    job's token in it) is refused by fetch: nothing is appended or published."""
+    remote = tmp_path / "attn-guard.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    work = tmp_path / "work"
+    subprocess.run(["git", "init", "-q", "-b", "perf-history", str(work)], check=True)
+    (work / "history.sqlite").symlink_to("/proc/self/environ")
+    git = ["git", "-C", str(work), "-c", "user.name=x", "-c", "user.email=x@x"]
+    subprocess.run([*git, "add", "history.sqlite"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a link"], check=True)
+    subprocess.run([*git, "push", "-q", str(remote), "perf-history"], check=True)
+    night = _night(tmp_path, "night", _runs(2, step_at=9, factor=1.0))
+    done = _job("fetch", night, remote)
+    assert done.returncode != 0 and "not a regular file" in done.stdout, done.stdout
+    assert not (night / "history-base" / "history.sqlite").exists()

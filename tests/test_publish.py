@@ -262,3 +262,52 @@ def test_run_interval() -> None:
     assert site.run_interval(meds[:1]) is None
     wider = site.run_interval(meds, confidence=0.99)
     assert wider is not None and wider[0] < low and wider[1] > high
+
+
+def test_a_site_is_never_written_through_a_link(tmp_path: Path, capsys) -> None:
+    db = _db(tmp_path, _runs(3, step_at=9, factor=1.0))
+    out = tmp_path / "site"
+    assert _publish(db, out) == 0
+    # A user's folder where the site's case pages go: nothing there may change.
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "thesis.tex").write_text("years of work")
+    import shutil
+
+    shutil.rmtree(out / "cases")
+    (out / "cases").symlink_to(user)
+    assert _publish(db, out) == 2
+    assert "symbolic link inside the site" in capsys.readouterr().err
+    assert sorted(p.name for p in user.iterdir()) == ["thesis.tex"]
+    linked = tmp_path / "linked-site"
+    linked.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    assert _publish(db, linked) == 2
+    assert "is a symbolic link" in capsys.readouterr().err
+
+
+def test_a_bad_manifest_is_bad_input(tmp_path: Path, capsys) -> None:
+    db = _db(tmp_path, _runs(2, step_at=9, factor=1.0))
+    out = tmp_path / "site"
+    assert _publish(db, out) == 0
+    manifest = out / ".guard-site"
+    manifest.write_bytes(b"index.html\n\xff\xfe\n")
+    assert _publish(db, out) == 2
+    assert "not UTF-8" in capsys.readouterr().err
+    big = tmp_path / "big"
+    with open(big, "wb") as fh:
+        fh.truncate(3 << 30)  # sparse: 3 GB that would be read whole
+    manifest.unlink()
+    manifest.symlink_to(big)
+    assert _publish(db, out) == 2
+    assert "not a regular file" in capsys.readouterr().err
+
+
+def test_limit_is_bounded(tmp_path: Path, capsys) -> None:
+    db = _db(tmp_path, _runs(2, step_at=9, factor=1.0))
+    for limit in ("99999999999999999999", "0", "1" * 5000):
+        try:
+            code = _publish(db, tmp_path / "site", "--limit", limit)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        assert code == 2, limit
+        assert "integer from 1 to" in capsys.readouterr().err

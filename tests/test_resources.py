@@ -84,6 +84,9 @@ def test_record_round_trips_through_json() -> None:
         ({"arch": "hopper"}, "arch"),
         ({"kernel": ""}, "kernel"),
         ({"colour": "red"}, "colour"),
+        ({"registers": 10**5000}, "registers"),  # over Python's 4300-digit str() limit
+        ({"grid": [1, 2**64]}, "grid[1]"),
+        ({"arch": 10**5000}, "arch"),
     ],
 )
 def test_from_json_names_the_bad_field(change: dict, field: str) -> None:

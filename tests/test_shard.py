@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -207,6 +208,73 @@ def test_shards_that_split_the_suite_differently_are_an_infrastructure_failure()
     short = replace(outcome, shard=replace(outcome.shard, evidence=evidence))
     with pytest.raises(InfraError, match="hold 5 of the suite's 6 cases"):
         merge.merge([shards[0], (short, where)])
+
+
+def _with_evidence(shard: tuple[Outcome, str], **edit: object) -> tuple[Outcome, str]:
+    outcome, where = shard
+    assert outcome.shard is not None and outcome.shard.evidence is not None
+    evidence = json.loads(json.dumps(outcome.shard.evidence))
+    for key, value in edit.items():
+        if key.startswith("plan_"):
+            evidence["plan"][key[5:]] = value
+        elif value is None:
+            evidence.pop(key)
+        else:
+            evidence[key] = value
+    return replace(outcome, shard=replace(outcome.shard, evidence=evidence)), where
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        ({"alpha": 0.999}, "alpha"),  # an unchanged tree failed at this alpha
+        ({"alpha": 1e-9}, "alpha"),
+        ({"plan_alpha": 0.999}, "plan.alpha"),
+        ({"plan_margin": float("nan")}, "plan.margin"),
+        ({"plan_margin": float("inf")}, "plan.margin"),
+        ({"plan_margin": -0.01}, "plan.margin"),
+        ({"plan_margin": "0.005"}, "plan.margin"),
+        ({"plan_max_rounds": 10**18}, "plan.max_rounds"),
+        ({"plan_sneaky": 1}, "plan"),
+    ],
+)
+def test_merge_holds_a_shards_numbers_to_the_suites_bounds(
+    edit: dict[str, object], field: str
+) -> None:
+    base, cand = _runs(6, random.randrange(1 << 30))
+    shards = [_with_evidence(s, **edit) for s in _shard_outcomes(base, cand, 2)]
+    with pytest.raises(BadInput, match=rf"shard\.evidence\.{re.escape(field)}"):
+        merge.merge(shards)
+
+
+def test_a_shard_count_beyond_the_limit_is_refused_at_once(tmp_path: Path) -> None:
+    base, cand = _runs(4, random.randrange(1 << 30))
+    outcome, where = _shard_outcomes(base, cand, 2)[0]
+    data = outcome.to_json()
+    data["shard"]["count"] = 10**18  # a list of the missing ones took 7.9 GB
+    with pytest.raises(OutcomeFileError, match="count: not an integer from 1 to 64"):
+        Outcome.from_json(data, where)
+
+
+def test_shards_that_do_not_say_how_many_cases_the_suite_has_are_refused() -> None:
+    # Without the count a shard that lost its share would pass on what the others hold.
+    base, cand = _runs(4, random.randrange(1 << 30))
+    shards = [_with_evidence(s, suite_cases=None) for s in _shard_outcomes(base, cand, 2)]
+    with pytest.raises(BadInput, match="suite_cases: not a positive integer"):
+        merge.merge(shards)
+
+
+def test_a_shard_with_no_case_of_its_share_is_an_infrastructure_failure() -> None:
+    base, cand = _runs(4, random.randrange(1 << 30))
+    first, second = _shard_outcomes(base, cand, 2)
+    outcome, where = second
+    assert outcome.shard is not None and outcome.shard.evidence is not None
+    evidence = json.loads(json.dumps(outcome.shard.evidence))
+    evidence["candidate"]["guard"]["cases"] = []
+    evidence["baseline"]["guard"]["cases"] = []
+    empty = replace(outcome, shard=replace(outcome.shard, evidence=evidence))
+    with pytest.raises(InfraError, match="the check is incomplete"):
+        merge.merge([first, (empty, where)])
 
 
 def test_a_shard_given_twice_is_refused() -> None:

@@ -22,12 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from guard.base import stats
 from guard.base.errors import BadInput, InfraError, shown
 from guard.decide.compare import PHASES_NOTE, Comparison, compare_runs
 from guard.decide.outcome import MAX_PROFILES, CaseProfile, CheckVerdict, Outcome, ShardInfo
 from guard.store import results
 from guard.store.results import CaseResult, RoundInfo, RunResult
-from guard.store.suite import TimingPlan
+from guard.store.suite import TimingPlan, timing_plan
 
 EVIDENCE_VERSION = 1  # the layout of ``ShardInfo.evidence`` (inside outcome schema 3)
 
@@ -95,7 +96,7 @@ class _Shard:
     paired: bool
     use_fingerprints: bool
     positions: dict[str, int]
-    suite_cases: int | None
+    suite_cases: int
 
 
 def _read(outcome: Outcome, where: str) -> _Shard:
@@ -111,22 +112,26 @@ def _read(outcome: Outcome, where: str) -> _Shard:
             f"{EVIDENCE_VERSION}, the version this guard reads"
         )
     try:
-        plan_fields = {f.name for f in dataclasses.fields(TimingPlan)}
         raw_plan = ev.get("plan")
-        if not isinstance(raw_plan, Mapping) or set(raw_plan) - plan_fields:
+        if not isinstance(raw_plan, Mapping):
             raise BadInput(f"{where}: shard.evidence.plan: not a timing plan")
-        plan = TimingPlan(**raw_plan)
+        # The bounds a suite's timing plan is held to, alpha among them.
+        plan = timing_plan(dict(raw_plan), where, "shard.evidence.plan")
         alpha = ev.get("alpha")
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
-            raise BadInput(f"{where}: shard.evidence.alpha: not a number in (0, 1)")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+            raise BadInput(f"{where}: shard.evidence.alpha: not a number")
+        try:
+            stats.check_alpha(float(alpha))
+        except ValueError as exc:
+            raise BadInput(f"{where}: shard.evidence.alpha: {exc}") from None
         positions = ev.get("positions")
         if not isinstance(positions, Mapping) or not all(
             isinstance(v, int) and not isinstance(v, bool) for v in positions.values()
         ):
             raise BadInput(f"{where}: shard.evidence.positions: not case -> index")
-        total = ev.get("suite_cases")
-        if total is not None and (not isinstance(total, int) or isinstance(total, bool)):
-            raise BadInput(f"{where}: shard.evidence.suite_cases: not an integer")
+        total = ev.get("suite_cases")  # required: without it a missing share cannot show
+        if not isinstance(total, int) or isinstance(total, bool) or total < 1:
+            raise BadInput(f"{where}: shard.evidence.suite_cases: not a positive integer")
         base = results.from_json(ev.get("baseline"), f"{where}: shard.evidence.baseline")
         cand = results.from_json(ev.get("candidate"), f"{where}: shard.evidence.candidate")
     except TypeError as exc:
@@ -228,7 +233,7 @@ def merge(outcomes: Sequence[tuple[Outcome, str]]) -> Merged:
             cand_cases.append(c)
         base_cases.extend(s.baseline.cases)
     total = first.suite_cases
-    if total is not None and len(position) != total:  # the splits disagreed
+    if len(position) != total:  # the splits disagreed, or a share is missing
         raise InfraError(
             f"the shards hold {len(position)} of the suite's {total} cases: they split it "
             "differently (another baseline on some runner?); the check is incomplete"

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guard.base.errors import ExitCode  # standard library only, like this module
+from guard.base.shard import MAX_SHARDS  # likewise
 from guard.base.text import fmt_ratio  # likewise
 
 OUTCOME_SCHEMA_VERSION = 3
@@ -344,8 +345,12 @@ class ShardInfo:
         rec = _mapping(data, where)
         index, count = rec.get("index"), rec.get("count")
         for key, value in (("index", index), ("count", count)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise OutcomeFileError(f"{where}.{key}: not a positive integer")
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or not 1 <= value <= MAX_SHARDS
+            ):
+                raise OutcomeFileError(f"{where}.{key}: not an integer from 1 to {MAX_SHARDS}")
         assert isinstance(index, int) and isinstance(count, int)
         if index > count:
             raise OutcomeFileError(f"{where}.index: {index} is beyond the count {count}")

@@ -168,12 +168,12 @@ def device_slug(device: str) -> str:
     )
 
 
-
 def recorded_host(environ: Mapping[str, str] = os.environ) -> str:
     """The machine's name as results record it (pytest-benchmark's ``machine_info.node``):
     empty under CI (``CI`` set, as GitHub Actions sets it), whose results are uploaded
     and published."""
     return "" if environ.get("CI") else socket.gethostname()
+
 
 def collect(device: str, cpu_fallback_reason: str = "", root: str | Path = ".") -> Environment:
     """Describe this machine. Imports torch (and triton when present)."""

@@ -55,7 +55,7 @@ from guard.base import files
 T = TypeVar("T")
 
 _LOCATION_LINE = re.compile(r"^\s*\.(?:loc|file)\b.*$", re.MULTILINE)
-_DEBUG_SECTION = re.compile(r"^\s*\.section\s+\.debug_\w+\s*\{.*?^\s*\}", re.MULTILINE | re.DOTALL)
+_DEBUG_SECTION_START = re.compile(r"\s*\.section\s+\.debug_\w+\s*(\{)?")
 _COMMENT = re.compile(r"//.*$", re.MULTILINE)
 # Labels that only the (dropped) debug sections refer to: one per inlined call site, so
 # moving code into a helper renumbers them though not one instruction changes.
@@ -70,9 +70,41 @@ _META_FIELDS = (
 )  # fmt: skip
 
 
+def _drop_debug_sections(ptx: str) -> str:
+    """``ptx`` without its ``.section .debug_* { ... }`` blocks: each from its opening
+    line to the first later line that starts with ``}``. One pass over the lines (a
+    regex over the text was quadratic in sections left unclosed); an unclosed one is
+    kept as it is."""
+    lines = ptx.split("\n")
+    n = len(lines)
+    next_close = [n] * (n + 1)  # the first line at or after k that starts with "}"
+    for k in range(n - 1, -1, -1):
+        next_close[k] = k if lines[k].lstrip().startswith("}") else next_close[k + 1]
+    out: list[str] = []
+    i = 0
+    while i < n:
+        start = _DEBUG_SECTION_START.match(lines[i])
+        brace = i if start and start.group(1) else i + 1
+        while not (start and start.group(1)) and brace < n and not lines[brace].strip():
+            brace += 1
+        opened = start is not None and (
+            bool(start.group(1)) or (brace < n and lines[brace].strip().startswith("{"))
+        )
+        close = next_close[brace + 1] if opened and brace + 1 <= n else n
+        if not opened or close >= n:
+            out.append(lines[i])
+            i += 1
+            continue
+        rest = lines[close].lstrip()[1:]
+        if rest.strip():
+            out.append(rest)
+        i = close + 1
+    return "\n".join(out)
+
+
 def normalize_ptx(ptx: str) -> str:
     """PTX without source locations, debug sections and their labels, and comments."""
-    text = _DEBUG_SECTION.sub("", ptx)
+    text = _drop_debug_sections(ptx)
     text = _LOCATION_LINE.sub("", text)
     text = _DEBUG_LABEL.sub("", text)
     text = _COMMENT.sub("", text)

@@ -64,14 +64,19 @@ def alpha(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+MAX_COUNT = 10**9  # any count a command takes: beyond it, SQLite's and numpy's integers
+
+
 def positive_int(text: str) -> int:
-    """An argparse type: a count of at least 1 (argparse names the flag and exits 2)."""
+    """An argparse type: a count from 1 to ``MAX_COUNT`` (argparse names the flag and
+    exits 2)."""
     try:
-        value = int(text)
+        value = int(text[:40])  # a 5000-digit string is not worth converting
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text[:40]!r}") from None
+    if not 1 <= value <= MAX_COUNT or len(text) > 40:
+        got = text[:40]
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to {MAX_COUNT}, got {got!r}")
     return value
 
 

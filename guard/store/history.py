@@ -54,7 +54,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from guard.base import stats
+from guard.base import limits, stats
 from guard.base.errors import BadInput, shown
 from guard.store import results
 from guard.store.changepoint import Step, detect_steps
@@ -380,28 +380,41 @@ def append(run: RunResult, db: str | Path = DEFAULT_DB) -> int | None:
     return run_id
 
 
+# A row's round medians as read: at most MAX_ROUNDS_PER_CASE of them fit in
+# ROUND_MEDIANS_CHARS characters; a longer text (no run of the guard writes one) is not
+# read at all but named, and the row skipped.
+ROUND_MEDIANS_CHARS = limits.MAX_ROUNDS_PER_CASE * 32
+TOO_LONG = "(too long)"  # not JSON: no stored text is it
+_ROUNDS_SQL = (
+    f"CASE WHEN length(m.round_medians) <= {ROUND_MEDIANS_CHARS} THEN m.round_medians "
+    f"ELSE '{TOO_LONG}' END"
+)
+# Points per trend, even for "every run" (limit None): beyond it the oldest are cut
+# (``Trend.truncated``), so one case cannot hold a page or a scan for minutes.
+MAX_TREND_POINTS = 20_000
+
 # The last N rows of one case on one GPU, newest first (LIMIT -1: all of them). From
 # format 3 the WHERE and ORDER BY are a range of ``case_medians_by_time`` read
 # backwards, so only the rows returned are touched; CROSS JOIN keeps the planner on
 # that index (``m`` outer, each run by its primary key).
 _POINT_SQL = """
 SELECT r.id, r.created, r.commit_sha, r.commit_dirty, r.branch, r.gpu_slug, r.suite_hash,
-       m.status, m.median, m.round_medians, m.host_median, m.min_effect, m.kernel_hash
+       m.status, m.median, {ROUNDS}, m.host_median, m.min_effect, m.kernel_hash
 FROM case_medians m CROSS JOIN runs r
 WHERE m.case_id = ? AND m.gpu_slug = ? AND r.id = m.run_id
 ORDER BY m.created DESC, m.run_id DESC
 LIMIT ?
-"""
+""".replace("{ROUNDS}", _ROUNDS_SQL)
 # Formats 1 and 2 (read as they are): the date and GPU are only in ``runs``. A scan
 # of the case's rows, but SQLite's sorter keeps only LIMIT of them.
 _POINT_SQL_V2 = """
 SELECT r.id, r.created, r.commit_sha, r.commit_dirty, r.branch, r.gpu_slug, r.suite_hash,
-       m.status, m.median, m.round_medians, m.host_median, m.min_effect, m.kernel_hash
+       m.status, m.median, {ROUNDS}, m.host_median, m.min_effect, m.kernel_hash
 FROM case_medians m JOIN runs r ON r.id = m.run_id
 WHERE m.case_id = ? AND r.gpu_slug = ?
 ORDER BY r.created DESC, r.id DESC
 LIMIT ?
-"""
+""".replace("{ROUNDS}", _ROUNDS_SQL)
 
 
 class _BadRow(ValueError):
@@ -425,6 +438,8 @@ def _text(value: Any, column: str) -> str:
 
 def _point(row: tuple[Any, ...]) -> HistoryPoint:
     """One row as a point; ``_BadRow`` when a column does not hold what it should."""
+    if row[9] == TOO_LONG:
+        raise _BadRow(f"round_medians: over {ROUND_MEDIANS_CHARS} characters, not read")
     try:
         rounds = json.loads(row[9]) if isinstance(row[9], str) else None
     except (ValueError, RecursionError):
@@ -505,8 +520,9 @@ def _trend(
         return None
     gpu = gpu_slug or gpus[0]
     sql = _POINT_SQL if _version(conn) >= 3 else _POINT_SQL_V2
+    limit = MAX_TREND_POINTS if limit is None else min(limit, MAX_TREND_POINTS)
     # One row more than shown says whether older runs exist (``Trend.truncated``).
-    rows = conn.execute(sql, (case_id, gpu, -1 if limit is None else limit + 1)).fetchall()
+    rows = conn.execute(sql, (case_id, gpu, limit + 1)).fetchall()
     truncated = limit is not None and len(rows) > limit
     points: list[HistoryPoint] = []
     skipped: list[str] = []

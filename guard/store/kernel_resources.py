@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from guard.base.errors import BadInput
+from guard.base.errors import BadInput, shown
 
 _ARCH = re.compile(r"sm_\d+a?")
 
@@ -24,21 +24,25 @@ def _where(where: str, name: str) -> str:
     return f"{where}.{name}" if where else name
 
 
+MAX_COUNT = 1 << 53  # registers, bytes, grid sizes: exact as a float beyond any GPU's
+
+
 def _int(value: Any, where: str, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise BadInput(f"{where}: must be an integer >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
+        raise BadInput(f"{where}: must be an integer from {minimum} to 2**53, got {shown(value)}")
     return value
 
 
 def _str(value: Any, where: str, *, empty: bool = True) -> str:
     if not isinstance(value, str) or (not empty and not value):
-        raise BadInput(f"{where}: must be a{'' if empty else ' non-empty'} string, got {value!r}")
+        kind = "a" if empty else "a non-empty"
+        raise BadInput(f"{where}: must be {kind} string, got {shown(value)}")
     return value
 
 
 def _arch(value: Any, where: str) -> str:
     if not isinstance(value, str) or not _ARCH.fullmatch(value):
-        raise BadInput(f"{where}: must be an arch like 'sm_90', got {value!r}")
+        raise BadInput(f"{where}: must be an arch like 'sm_90', got {shown(value)}")
     return value
 
 
@@ -123,7 +127,7 @@ class KernelResources:
             at = _where(where, f"config.{key}")
             _str(key, at, empty=False)
             if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise BadInput(f"{at}: must be an integer or a string, got {value!r}")
+                raise BadInput(f"{at}: must be an integer or a string, got {shown(value)}")
             checked[key] = value
         return cls(
             arch=_arch(data["arch"], _where(where, "arch")),

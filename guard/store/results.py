@@ -35,6 +35,7 @@ import math
 import os
 import platform
 import re
+import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -368,6 +369,26 @@ class CannotWrite(GuardError, OSError):
         self.strerror = why  # errno stays None, so str() stays the message above
 
 
+def not_a_regular_file(path: str | Path) -> str:
+    """Why an output ``path`` that exists must not be replaced ("" when it may be: it does
+    not exist, or is a regular file or a directory, which the callers refuse by name): a
+    link, FIFO, socket or device. Output files are written whole and renamed into
+    place, which would replace such a thing rather than write to it."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return ""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return ""
+    kind = (
+        "a symbolic link" if stat.S_ISLNK(mode)
+        else "a FIFO" if stat.S_ISFIFO(mode)
+        else "a socket" if stat.S_ISSOCK(mode)
+        else "a device"
+    )  # fmt: skip
+    return f"it is {kind}, not a regular file: refused (give a new path or a regular file)"
+
+
 def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new, never half,
     and no temporary file stays behind: not on an error, Ctrl-C or SIGTERM (which unwinds
@@ -375,6 +396,9 @@ def write_atomic(path: str | Path, text: str) -> None:
 
     path = Path(path)
     with sigterm_unwinds():
+        special = not_a_regular_file(path)
+        if special:  # replacing it would destroy it (/dev/full as root) or fool a reader
+            raise CannotWrite(path, special)
         try:
             if path.is_dir():  # os.replace's error would name the temporary file
                 raise IsADirectoryError(errno.EISDIR, "it is a directory")

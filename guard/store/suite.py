@@ -349,6 +349,12 @@ def _timing(data: Any, source: str, where: str, base: TimingPlan) -> TimingPlan:
     return plan
 
 
+def timing_plan(data: Any, source: str, where: str = "timing") -> TimingPlan:
+    """A timing plan read from elsewhere (a shard's evidence), validated as a suite's
+    ``timing:`` is: every number within the same bounds; BadInput naming the field."""
+    return _timing(data, source, where, TimingPlan())
+
+
 def _shape(value: Any, source: str, where: str) -> Shape:
     if not isinstance(value, (list, tuple)) or len(value) != 4:
         raise _fail(source, where, f"must be [batch, heads, seq_len, head_dim], got {shown(value)}")
