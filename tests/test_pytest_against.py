@@ -158,7 +158,18 @@ def test_pytest_usage_errors_and_missing_against_exit_two(project, capsys, monke
 
 
 @pytest.mark.parametrize(
-    "arg", ["--benchmark-json=x.json", "--benchmark-disable", "--benchmark-autosave"]
+    "arg",
+    [
+        "--benchmark-json=x.json",
+        "--benchmark-disable",
+        "--benchmark-autosave",
+        "--benchmark-storage=file://x",
+        "--help",
+        "--version",
+        "--collect-only",
+        "--co",
+        "--fixtures",
+    ],
 )
 def test_options_the_guard_sets_or_that_time_nothing_are_refused(arg):
     with pytest.raises(BadInput, match=f"--pytest {arg}: not taken here"):
@@ -190,3 +201,34 @@ def test_a_min_threshold_raises_the_default_ceiling_of_rounds():
     assert pytest_round_ceiling("median:5%", plan) == plan.max_rounds < SHARED_CPU_MAX_ROUNDS
     assert pytest_round_ceiling("min:5%", plan) == SHARED_CPU_MAX_ROUNDS
     assert pytest_round_ceiling("min:5%", replace(plan, max_rounds=60)) == 60
+
+
+def test_addopts_cannot_write_into_the_trees(project):
+    """Autosave from the environment's and the ini file's addopts lands in the guard's
+    temporary storage: nothing is written into the trees, not even an empty folder."""
+    (project / "pytest.ini").write_text("[pytest]\naddopts = --benchmark-autosave\n")
+    _git(project, "add", "pytest.ini")
+    _git(project, "commit", "-q", "-m", "autosave")
+    env_before = os.environ.get("PYTEST_ADDOPTS")
+    os.environ["PYTEST_ADDOPTS"] = "--benchmark-autosave"
+    try:
+        code, _, err = _guard(project, "--pytest", ".", *BENCH_ARGS, "-k", "fold_xor", rounds=2,
+                              max_rounds=2)  # fmt: skip
+    finally:
+        if env_before is None:
+            os.environ.pop("PYTEST_ADDOPTS")
+        else:
+            os.environ["PYTEST_ADDOPTS"] = env_before
+    assert code in (0, 2), err  # pass, or no verdict in two rounds on a busy CPU
+    assert not (project / ".benchmarks").exists()
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored"], cwd=project, capture_output=True, text=True
+    ).stdout
+    assert ".benchmarks" not in status, status
+
+
+def test_both_trees_failing_alike_is_bad_input(project):
+    # A timer that cannot time: every test fails in both trees, before any change.
+    code, _, err = _guard(project, "--pytest", ".", *BENCH_ARGS, "--benchmark-timer=time.sleep")
+    assert code == 2, err
+    assert "every test failed in both trees alike" in err

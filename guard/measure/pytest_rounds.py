@@ -75,6 +75,21 @@ REFUSED = {
     "--benchmark-save": "rounds are not saved into the trees (--benchmark-json per round)",
     "--benchmark-autosave": "rounds are not saved into the trees (--benchmark-json per round)",
     "--benchmark-compare": "the guard compares the two trees' rounds itself",
+    "--benchmark-storage": "the guard keeps pytest-benchmark's storage out of the trees",
+    # Options that run no test: nothing to time.
+    "--help": "it runs no benchmark",
+    "-h": "it runs no benchmark",
+    "--version": "it runs no benchmark",
+    "-V": "it runs no benchmark",
+    "--collect-only": "it runs no benchmark",
+    "--co": "it runs no benchmark",
+    "--fixtures": "it runs no benchmark",
+    "--funcargs": "it runs no benchmark",
+    "--fixtures-per-test": "it runs no benchmark",
+    "--markers": "it runs no benchmark",
+    "--setup-only": "it runs no benchmark",
+    "--setup-plan": "it runs no benchmark",
+    "--benchmark-help": "it runs no benchmark",
 }
 COMPARE_FAIL = "--benchmark-compare-fail"
 
@@ -175,8 +190,24 @@ class PytestSession:
             arms = self.arms if r % 2 else tuple(reversed(self.arms))
             for arm in arms:
                 self._round(arm, r, tuple(a.name for a in arms))
+            self._refuse_a_shared_failure()
             if self.failed:
                 return
+
+    def _refuse_a_shared_failure(self) -> None:
+        """Every test failing in every arm, none timed, is how the arguments or the
+        environment fail (``--benchmark-timer=os.getpid``), not the trees: bad input."""
+        timed = any(doc.benchmarks for a in self.arms for doc in self.docs[a.name])
+        if len(self.arms) < 2 or timed:
+            return
+        if all(self.wrong[a.name] for a in self.arms):
+            sets = [set(self.wrong[a.name]) for a in self.arms]
+            if all(s == sets[0] for s in sets):
+                test, why = next(iter(self.wrong[self.arms[-1].name].items()))
+                raise BadInput(
+                    f"pytest {shown(' '.join(self.args))}: every test failed in both trees "
+                    f"alike, so the arguments or the environment fail, not a change: {test}: {why}"
+                )
 
     def _env(self, arm: PytestArm, plugin_dir: str, outcomes: Path) -> dict[str, str]:
         env = dict(os.environ)
@@ -220,6 +251,9 @@ class PytestSession:
                 "no:cacheprovider",
                 f"--benchmark-json={out}",
                 "--benchmark-save-data",
+                # Saves that an ini file's or PYTEST_ADDOPTS' addopts ask for (autosave)
+                # land here, never in the tree.
+                f"--benchmark-storage=file://{Path(tmp) / 'storage'}",
             ]
             code, output = _run(argv, arm.root, self._env(arm, tmp, outcomes), self.timeout_s)
             where = f"round {r} of the {arm.name} ({arm.label})"
@@ -241,9 +275,14 @@ class PytestSession:
             if failed:
                 for nodeid, why in failed.items():
                     self.wrong[arm.name].setdefault(results.pytest_name(nodeid), why)
+            elif not out.is_file() and code == 0:
+                raise BadInput(
+                    f"pytest {shown(' '.join(self.args))}: ran no benchmark in {arm.label} "
+                    f"(exit 0, no --benchmark-json written): {_tail(output)}"
+                )
             elif not out.is_file():
                 raise InfraError(f"pytest {where}: wrote no --benchmark-json file: {_tail(output)}")
-            if out.is_file():
+            if out.is_file() and (out.stat().st_size or not failed):  # empty: all failed
                 doc = pytest_runs.read_pytest_json(out, where)
                 if not doc.benchmarks and not failed:
                     raise BadInput(
