@@ -160,6 +160,21 @@ def fault_chatty(q, k, v, *, causal=False, scale=None):
     os._exit(3)
 
 
+_HOARD: list[bytearray] = []
+
+
+def fault_grow_memory(q, k, v, *, causal=False, scale=None):
+    """Holds 512 MiB more of the host's memory on every call, touched page by page, up
+    to 4 GiB (a leak): its worker passes a small memory limit."""
+    import time
+
+    for _ in range(8):
+        if sum(map(len, _HOARD)) < 4 << 30:
+            _HOARD.append(bytearray(b"\x01" * (64 << 20)))
+        time.sleep(0.05)
+    return attention(q, k, v, causal=causal, scale=scale)
+
+
 def fault_cpu_only_wrong_on_gpu(q, k, v, *, causal=False, scale=None):
     return attention(q, k, v, causal=causal, scale=scale)
 
@@ -180,6 +195,7 @@ for _name, _fn, _probe, _out in (
     ("fault_nan_later", fault_nan_later, _any, False),
     ("fault_wrong_later", fault_wrong_later, _any, False),
     ("fault_chatty", fault_chatty, _any, False),
+    ("fault_grow_memory", fault_grow_memory, _any, False),
 ):
     kernels.register(
         KernelSpec(

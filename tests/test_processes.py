@@ -175,6 +175,21 @@ def test_a_kernel_that_exits_costs_only_its_own_case(tmp_path, kernel):
     assert "exit" in bad.reason.lower(), bad.reason
 
 
+def test_a_kernel_that_leaks_host_memory_crashes_its_case_not_the_machine(tmp_path):
+    """A worker past the suite's memory limit is killed; its case is a crash naming the
+    limit, and the other kernels' cases are measured."""
+    suite = write_suite(tmp_path, ["fault_grow_memory", "reference"], gate=["reference"])
+    text = suite.read_text().replace("case_timeout_s: 60}", "case_timeout_s: 60, memory_gb: 1}")
+    suite.write_text(text)
+    out = tmp_path / "r.json"
+    main(["run", "--suite", str(suite), "-q", "--out", str(out), *FAULTS])
+    by_kernel = {c.case.kernel: c for c in results.load(out).cases}
+    assert by_kernel["reference"].status == "ok", by_kernel["reference"].reason
+    bad = by_kernel["fault_grow_memory"]
+    assert bad.status == "crashed"
+    assert "passed the limit of 1.0 GiB (timing.memory_gb)" in bad.reason, bad.reason
+
+
 # --------------------------------------------------------------------------- 3. timed output
 
 

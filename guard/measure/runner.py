@@ -705,12 +705,34 @@ class Session:
 
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
             finished = False  # the worker said "done"
+            memory_limit = worker_memory_limit(self.plan)
             while True:
                 try:
                     # Nothing follows "done": wait for the worker's exit, not for end of
                     # file on a pipe that a process its kernels started may hold open.
+                    # Every MEMORY_POLL_S the group's resident memory is read.
                     wait_s = max(0.0, deadline - time.monotonic())
-                    line = None if finished else lines.get(timeout=wait_s)
+                    line = None
+                    while not finished:
+                        try:
+                            line = lines.get(timeout=min(wait_s, MEMORY_POLL_S))
+                            break
+                        except queue.Empty:
+                            if time.monotonic() >= deadline:
+                                raise
+                            wait_s = max(0.0, deadline - time.monotonic())
+                            used = worker_rss(proc.pid)
+                            if used > memory_limit:
+                                kill_group(proc.pid)
+                                yield {
+                                    "event": "exit",
+                                    "code": -9,
+                                    "output": log.text(wait_s=5.0),
+                                    "reason": f"its memory ({used / 2**30:.1f} GiB resident) "
+                                    f"passed the limit of {memory_limit / 2**30:.1f} GiB "
+                                    "(timing.memory_gb); worker killed",
+                                }
+                                return
                 except queue.Empty:
                     kill_group(proc.pid)
                     yield {
@@ -752,6 +774,31 @@ class Session:
             lane.current = None
             stop_group(proc)
             lane.strays += end_strays(proc.pid)
+
+
+MEMORY_POLL_S = 0.5  # how often a running worker's resident memory is read
+
+
+def worker_memory_limit(plan: TimingPlan) -> int:
+    """Bytes of resident memory a worker process may hold: the plan's
+    ``memory_gb``, at most half of this machine's memory (a kernel that grows the host's
+    memory fails its case, not the machine)."""
+    limit = int(plan.memory_gb * 2**30)
+    with contextlib.suppress(OSError, ValueError):
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        limit = min(limit, total // 2)
+    return limit
+
+
+def worker_rss(pid: int) -> int:
+    """Resident bytes of the worker process ``pid`` (0 where /proc cannot tell: another
+    OS, or it has just ended). One small read: this runs every MEMORY_POLL_S."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as fh:
+            resident = int(fh.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return resident * os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass

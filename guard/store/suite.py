@@ -146,6 +146,9 @@ class TimingPlan:
     passes: int = 5  # samples of a case are spread over this many passes of the round
     round_warmup_ms: float = 300.0  # GPU kept busy before the first sample of a round
     case_timeout_s: float = 180.0
+    # Resident memory of one worker process, at most half the machine's: beyond it the
+    # case it runs is a crash, named with the limit (runner.worker_rss).
+    memory_gb: float = 16.0
     alpha: float = 0.01  # whole-check false-alarm rate the intervals are sized for
     # The noise floor a regression must clear when both trees run on one machine,
     # interleaved (calibrated: docs/CALIBRATION.md), and the drift between machines or
