@@ -125,3 +125,26 @@ def test_history_uses_this_module() -> None:
     from guard.store import history
 
     assert history.detect_steps is detect_steps and history.Step is Step
+
+
+# The H100 baselines' history of triton_flash/b2-h8-s2048-d128-causal (us), committed
+# 2026-11-26..27: 14% faster at run 3 (308bc5ea12), back at run 7 (e1a18405b0). A single
+# split cannot see it: every split mixes the two levels on one side.
+H100_SERIES = [57.77, 58.0, 49.7, 49.46, 49.6, 49.59, 57.81, 57.82, 57.81, 57.95, 57.61,
+               57.78, 58.26, 58.17, 58.01]  # fmt: skip
+
+
+def test_the_real_dip_and_return_is_two_steps() -> None:
+    steps = detect_steps(H100_SERIES)
+    assert [s.index for s in steps] == [2, 6]
+    assert [s.kind for s in steps] == ["faster", "slower"]
+    assert steps[0].ratio == pytest.approx(49.6 / 57.885, rel=0.01)
+    assert steps[1].ratio == pytest.approx(57.81 / 49.6, rel=0.01)
+
+
+def test_a_regression_fixed_later_is_found_on_both_ends() -> None:
+    rng = np.random.default_rng(5)
+    level = np.r_[np.ones(5), np.full(5, 1.05), np.ones(5)]
+    found = detect_steps((level * rng.lognormal(0, 0.005, level.size)).tolist())
+    assert [s.index for s in found] == [5, 10]
+    assert found[0].kind == "slower" and found[1].kind == "faster"

@@ -17,7 +17,12 @@ split is a step when its p-value (``scipy.stats.t``), Bonferroni-corrected for t
 number of splits scanned, is below ``alpha`` *and* the segment medians differ by at
 least ``min_effect`` (the guard's own threshold, so that history flags what a PR
 check would fail on, not every significant wobble). Both halves are then scanned
-again. On flat noise this keeps false steps under ``alpha`` per scanned segment
+again. A segment with no single step is also scanned for a run that differs from
+what lies on both sides of it (a dip and back: every single split mixes the two levels
+on one side, so binary segmentation alone misses it): every interval of at least
+``min_size`` points, inside against outside, at ``alpha / INTERVAL_SHARE`` with
+Bonferroni over the intervals; both its ends are steps. On flat noise this keeps false
+steps under ``alpha`` per scanned segment
 (Bonferroni over correlated splits is conservative). The pooled variance (noise is
 a property of the machine, alike on both sides of a step) gives the power to see a
 step three commits back; medians (not means) measure the effect, so a single 3x
@@ -89,6 +94,47 @@ def _best_split(logs: np.ndarray, min_size: int) -> tuple[int, float, int]:
     return int(k[best]), p, int(k.size)
 
 
+# Segments up to this long are also scanned for a run that differs from what lies on
+# both sides of it (two steps, there and back): an (n+1)^2 table of sums.
+MAX_INTERVAL_SCAN = 2000
+INTERVAL_SHARE = 4  # the interval scan is held to alpha / INTERVAL_SHARE
+
+
+def _best_interval(logs: np.ndarray, min_size: int) -> tuple[int, int, float, int]:
+    """(start, end, two-sided p-value, intervals scanned) of the run ``[start, end)``
+    that differs most from the rest of the segment (``rest`` on both sides of it).
+
+    A single split cannot see such a run (a dip and back, a regression fixed later):
+    the segments on either side of any one split mix both levels. Student's t with
+    pooled variance, inside against outside, for every interval of at least
+    ``min_size`` points that leaves at least one point on each side and ``min_size``
+    outside in all.
+    """
+    n = logs.size
+    y = logs - logs.mean()
+    cs = np.concatenate(([0.0], np.cumsum(y)))
+    total2 = float(np.sum(y * y))
+    a = np.arange(n + 1)[:, None]
+    b = np.arange(n + 1)[None, :]
+    n_in = (b - a).astype(float)
+    n_out = n - n_in
+    valid = (a >= 1) & (b <= n - 1) & (n_in >= min_size) & (n_out >= min_size)
+    if not valid.any():
+        return 0, 0, 1.0, 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s_in = cs[None, :] - cs[:, None]
+        s_out = cs[-1] - s_in
+        diff = s_in / n_in - s_out / n_out
+        sse = np.maximum(total2 - s_in**2 / n_in - s_out**2 / n_out, 0.0)
+        scale = np.sqrt(sse / (n - 2) * (1.0 / n_in + 1.0 / n_out))
+        t = np.where(scale > 0, np.abs(diff) / scale, np.where(diff != 0, np.inf, 0.0))
+    t = np.where(valid, t, -1.0)
+    flat = int(np.argmax(t))
+    start, end = divmod(flat, n + 1)
+    p = float(2.0 * sps.t.sf(t.flat[flat], df=n - 2))
+    return start, end, p, int(valid.sum())
+
+
 def detect_steps(
     values: Sequence[float],
     *,
@@ -123,6 +169,19 @@ def detect_steps(
         if adjusted < alpha and abs(after / before - 1.0) >= min_effect:
             found.append(Step(split, before, after, adjusted))
             pending += [(lo, split), (split, hi)]
+            continue
+        if hi - lo > MAX_INTERVAL_SCAN:
+            continue
+        a, b, p, scanned = _best_interval(logs[lo:hi], min_size)
+        # A second scan of the same segment: its own share of alpha, so that the two
+        # together keep false steps on flat noise under alpha.
+        adjusted = min(1.0, p * scanned * INTERVAL_SHARE)
+        inside = float(np.median(x[lo + a : lo + b]))
+        outside = float(np.median(np.concatenate((x[lo : lo + a], x[lo + b : hi]))))
+        if scanned and adjusted < alpha and abs(inside / outside - 1.0) >= min_effect:
+            found.append(Step(lo + a, outside, inside, adjusted))
+            found.append(Step(lo + b, inside, outside, adjusted))
+            pending += [(lo, lo + a), (lo + a, lo + b), (lo + b, hi)]
     # Report each step against its neighbouring segments, not the halves it split.
     found.sort(key=lambda s: s.index)
     edges = [0, *(s.index for s in found), int(x.size)]
