@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from guard import cli_merge, cli_publish, cli_report, core
+from guard import cli_bisect, cli_merge, cli_publish, cli_report, core
 from guard.base import text
 from guard.base.errors import ExitCode, GuardError
 from guard.decide.compare import Comparison, no_gated_checked, run_verdict
@@ -631,6 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_baseline_refresh)
     cli_report.register(sub)
     cli_publish.register(sub)  # guard publish: the history as a static site
+    cli_bisect.register(sub)  # guard bisect: the commit that made a step
     return parser
 
 
