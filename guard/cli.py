@@ -17,7 +17,7 @@ from typing import Any
 
 from guard import cli_bisect, cli_merge, cli_publish, cli_report, core
 from guard.base import text
-from guard.base.errors import ExitCode, GuardError
+from guard.base.errors import BadInput, ExitCode, GuardError
 from guard.decide.compare import Comparison, no_gated_checked, run_verdict
 from guard.decide.outcome import CheckVerdict
 from guard.measure.runner import ProgressFn
@@ -107,6 +107,13 @@ def _suite(args: argparse.Namespace) -> Suite:
     core.load_plugins(
         getattr(args, "fault_module", None) or (), getattr(args, "worker_path", None) or ()
     )
+    if args.suite == str(core.DEFAULT_SUITE) and not Path(args.suite).exists():
+        # Run outside this repository: say what would work there.
+        raise BadInput(
+            f"{args.suite}: suite file not found (this directory is not this repository's "
+            "root). Give --suite FILE (your own suite), or for a pytest-benchmark suite "
+            "`guard compare --against REF --pytest ARGS` (docs/PYTEST.md)"
+        )
     return core.open_suite(args.suite, args.kernels, args.cases)
 
 
@@ -284,7 +291,8 @@ def _compare_pytest(args: argparse.Namespace) -> int:
         return _render_comparison(args, comparison)
     if not args.against:
         raise GuardError("--pytest ARGS needs --against REF (the tree to compare with)")
-    _check_outputs(args)
+    # Another project's checkout: nothing is written into it unless asked (--out).
+    _check_outputs(args, results_file=args.out is not None)
     progress = terminal.ProgressPrinter(not args.quiet)
     try:
         comparison = core.compare_against_pytest(
@@ -297,7 +305,8 @@ def _compare_pytest(args: argparse.Namespace) -> int:
         )
     finally:
         progress.close()
-    _save_results(args, comparison.candidate)
+    if args.out is not None:
+        _save_results(args, comparison.candidate)
     cli_report.append_history(args, comparison.candidate)
     return _render_comparison(args, comparison)
 

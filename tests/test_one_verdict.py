@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 from conftest import make_case, make_run, synthetic_rounds
@@ -135,3 +136,12 @@ def test_one_registry_of_process_groups():
     proc.stop_running()  # what runs at exit: ends and reaps every listed group
     assert child.pid not in proc._RUNNING
     assert child.returncode is not None
+
+
+def test_a_run_that_timed_nothing_says_none_was_timed(rng):
+    """A check-only run (every case passed its check, no timing round) times nothing."""
+    _, run = _runs(rng)
+    untimed = replace(run, cases=tuple(replace(c, rounds=()) for c in run.cases))
+    headline, _ = report.run_headline(untimed)
+    assert f"0 of {len(run.cases)} case(s) timed" in headline
+    assert f"{len(run.cases)} of {len(run.cases)} case(s) timed" in report.run_headline(run)[0]

@@ -77,3 +77,6 @@ def test_two_files_compare_outside_a_checkout(tmp_path: Path, monkeypatch, capsy
     assert cli.main(["compare", "old.json", "new.json"]) in (0, 1)
     assert "suite file not found" not in capsys.readouterr().err
     assert cli.main(["compare", "old.json", "new.json", "--suite", "none.yaml"]) == 2
+    capsys.readouterr()
+    assert cli.main(["compare", "--against", "HEAD"]) == 2  # no suite here: what would work
+    assert "--pytest ARGS" in capsys.readouterr().err

@@ -232,3 +232,18 @@ def test_both_trees_failing_alike_is_bad_input(project):
     code, _, err = _guard(project, "--pytest", ".", *BENCH_ARGS, "--benchmark-timer=time.sleep")
     assert code == 2, err
     assert "every test failed in both trees alike" in err
+
+
+def test_nothing_is_written_into_the_project_unless_asked(project):
+    """Without --out a --pytest run writes no results/ folder into the project."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "guard", "compare", "--against", "HEAD", "--rounds", "2",
+         "--max-rounds", "2", "--pytest", ".", *BENCH_ARGS, "-k", "fold_xor"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode in (0, 2), proc.stderr[-2000:]
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--ignored"], cwd=project, capture_output=True, text=True
+    ).stdout
+    assert status == "", status

@@ -346,7 +346,8 @@ def run_headline(run: RunResult) -> tuple[str, str]:
     """A run with no baseline: its verdict's headline (``compare.run_verdict``, the one
     guard check and guard run exit with) and colour."""
     verdict, why = run_verdict(run)
-    timed = sum(1 for c in run.cases if c.status == OK)
+    # Timed: passed its check and has timing rounds (a check-only run times nothing).
+    timed = sum(1 for c in run.cases if c.status == OK and c.rounds)
     why += f"; RUN ONLY (no baseline): {timed} of {len(run.cases)} case(s) timed"
     return verdict.headline(why), verdict.tone
 
