@@ -254,3 +254,19 @@ def test_under_min_the_times_shown_give_the_ratio_shown(rng):
     assert cc.candidate_median / cc.baseline_median == pytest.approx(cc.interval.ratio)
     assert cc.baseline_median == pytest.approx(stats.case_time(base, "min"))
     assert cc.baseline_median < stats.case_time(base)  # the fastest half, not the trimmed mean
+
+
+def test_the_headline_counts_what_it_names():
+    """Three unresolved cases: the headline counts three, names the first, and says the
+    rest are in the table (it named one of "3 gated case(s)" before)."""
+    cases = [make_case(name=f"b1-h8-s512-d64-full-{i}") for i in range(3)]
+
+    def rounds(meds):
+        return tuple((meds[i % len(meds)],) * 3 for i in range(3))
+
+    base = make_run({c: rounds(NOISY_BASE) for c in cases}, label="r1")
+    slow = make_run({c: rounds(NOISY_SLOW) for c in cases}, label="slow")
+    comparison = compare_runs(base, slow)
+    assert comparison.verdict is CheckVerdict.NO_VERDICT
+    assert comparison.headline.startswith("NO VERDICT: 3 gated case(s) inconclusive")
+    assert "(and 2 more, in the table)" in comparison.headline

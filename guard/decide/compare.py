@@ -265,10 +265,11 @@ class Comparison:
             # Its interval could not call it, yet the best estimate is a slowdown beyond
             # the threshold: passing would wave through a kernel measured 3x slower on
             # too few rounds. Not a failure either (nothing significant): exit 2.
-            worst = self.unresolved[0]
+            worst, n = self.unresolved[0], len(self.unresolved)
+            more = f" (and {n - 1} more, in the table)" if n > 1 else ""
             why = (
-                f"{len(self.unresolved)} gated case(s) inconclusive with an estimate beyond "
-                f"the threshold; {worst.case_id}: {worst.unresolved_note}"
+                f"{n} gated case(s) inconclusive with an estimate beyond the threshold; "
+                f"{worst.case_id}{more}: {worst.unresolved_note}"
             )
             return CheckVerdict.NO_VERDICT, why
         improved = sum(1 for c in self.cases if c.gate and c.verdict is Verdict.IMPROVEMENT)
