@@ -170,7 +170,8 @@ def test_history_limit_zero_is_refused(tmp_path: Path, capsys) -> None:
         history.append(run, db)
     case_id = "triton_flash/b1-h8-s512-d64-full"
     assert cli.main(["history", case_id, "--db", str(db), "--limit", "0"]) == 2
-    assert "argument --limit: must be a positive integer, got '0'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "argument --limit: must be an integer from 1 to 1000000000, got '0'" in err
     assert cli.main(["history", case_id, "--db", str(db), "--limit", "2", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["points"]) == 2
 
