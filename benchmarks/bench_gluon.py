@@ -679,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.worker, results, not args.no_checks)
         return 0
-    results.unlink(missing_ok=True)  # a warm machine keeps $OUT's old rows otherwise
+    results.unlink(missing_ok=True)  # an earlier run's rows in $OUT would mix in otherwise
     if args.base:
         os.environ[BASE_ENV] = str(write_base_module(args.base, args.out))
 

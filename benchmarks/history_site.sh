@@ -9,7 +9,7 @@
 #                                        history-run-*.json) and $OUT's, then `guard
 #                                        publish` and a headless-Chromium screenshot
 #
-# On a device machine whose copy of .git is stale, give the commit that was sent:
+# In a copy of the tree whose .git is missing or stale, give the tree's commit:
 # GUARD_COMMIT=<sha> (the runs then record it instead of asking git).
 # UPDATE_DOCS=1 copies the screenshot to docs/history.png.
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# On a GPU machine without network: install the wheels carried in .whl/ (ignored by git;
-# fill it here with `pip download --no-deps nvidia-cutlass==4.2.0.0 -d .whl` and pass
-# `.whl` in the device call's carry), without their dependencies: the CUDA kernel's
+# On a GPU machine without network: install the wheels brought along in .whl/ (ignored
+# by git; fill it where there is a network with `pip download --no-deps
+# nvidia-cutlass==4.2.0.0 -d .whl` and copy it beside the tree), without their dependencies: the CUDA kernel's
 # Hopper path needs only the nvidia-cutlass wheel's headers. Does nothing when .whl/ is
 # empty or missing, or when the CUTLASS headers are already found.
 set -uo pipefail
