@@ -19,10 +19,9 @@ each step).
 
 from __future__ import annotations
 
-import contextlib
 import math
 import subprocess
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -84,12 +83,6 @@ def commits_between(good: str, bad: str, repo: str | Path = ".") -> list[str]:
     return commits
 
 
-@contextlib.contextmanager
-def _trees(refs: Sequence[str], repo: Path) -> Iterator[list[Path]]:
-    with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(core.worktree(ref, repo)) for ref in refs]
-
-
 def _ratios(comparison: Comparison, cases: set[str]) -> list[tuple[str, float | None, str]]:
     return [
         (c.case_id, c.ratio, c.verdict.value if c.verdict is not None else c.status.value)
@@ -118,56 +111,60 @@ def bisect(
         raise BadInput("bisect: the selected cases hold no gated case to decide on")
     opts = replace(opts or core.MeasureOptions(), surface="none")  # the flagged cases only
 
-    def measure(commit: str) -> Comparison:
-        with _trees([good, commit], root) as (base, head):
-            return compare(
-                suite, Arm("baseline", str(base), good), Arm("candidate", str(head), commit),
-                opts=opts,
-            )  # fmt: skip
+    with core.worktree(good, root) as base:  # one checkout of good for every step
 
-    ends = measure(commits[-1])
-    regressed = [c for c in ends.cases if c.case_id in cases and c.verdict is Verdict.REGRESSION]
-    if not regressed:
-        raise BadInput(
-            f"bisect: {bad} is not slower than {good} on the selected cases "
-            f"({', '.join(f'{c}: {v}' for c, _, v in _ratios(ends, cases))}); nothing to bisect"
+        def measure(commit: str) -> Comparison:
+            with core.worktree(commit, root) as head:
+                return compare(
+                    suite, Arm("baseline", str(base), good), Arm("candidate", str(head), commit),
+                    opts=opts,
+                )  # fmt: skip
+
+        ends = measure(commits[-1])
+        regressed = [
+            c for c in ends.cases if c.case_id in cases and c.verdict is Verdict.REGRESSION
+        ]
+        if not regressed:
+            raise BadInput(
+                f"bisect: {bad} is not slower than {good} on the selected cases "
+                f"({', '.join(f'{c}: {v}' for c, _, v in _ratios(ends, cases))}); nothing to bisect"
+            )
+        steps = {c.case_id: c.ratio for c in regressed if c.ratio is not None}
+        step = max(steps.values()) if steps else 1.0
+        probes = [Probe(commits[-1], True, tuple(_ratios(ends, cases)))]
+        progress(f"{commits[-1][:10]} (bad end): {_summary(probes[-1])}")
+
+        def is_bad(comparison: Comparison) -> bool:
+            for c in comparison.cases:
+                if c.case_id not in steps:
+                    continue
+                if c.verdict is Verdict.REGRESSION:
+                    return True
+                half = math.sqrt(steps[c.case_id])  # the middle of the step, log scale
+                if c.verdict is Verdict.INCONCLUSIVE and c.ratio is not None and c.ratio >= half:
+                    return True
+            return False
+
+        lo, hi = -1, len(commits) - 1  # commits[lo] good (-1: good itself), commits[hi] bad
+        while hi - lo > 1 and len(probes) <= max_steps:
+            mid = (lo + hi) // 2
+            comparison = measure(commits[mid])
+            probe = Probe(commits[mid], is_bad(comparison), tuple(_ratios(comparison, cases)))
+            probes.append(probe)
+            progress(f"{commits[mid][:10]}: {'bad' if probe.bad else 'good'}: {_summary(probe)}")
+            if probe.bad:
+                hi = mid
+            else:
+                lo = mid
+        done = hi - lo == 1
+        return Bisection(
+            good=_git(root, "rev-parse", good),
+            bad=commits[-1],
+            first_bad=commits[hi] if done else None,
+            open_range=tuple(commits[lo + 1 : hi + 1]),
+            probes=tuple(probes),
+            step=step,
         )
-    steps = {c.case_id: c.ratio for c in regressed if c.ratio is not None}
-    step = max(steps.values()) if steps else 1.0
-    probes = [Probe(commits[-1], True, tuple(_ratios(ends, cases)))]
-    progress(f"{commits[-1][:10]} (bad end): {_summary(probes[-1])}")
-
-    def is_bad(comparison: Comparison) -> bool:
-        for c in comparison.cases:
-            if c.case_id not in steps:
-                continue
-            if c.verdict is Verdict.REGRESSION:
-                return True
-            half = math.sqrt(steps[c.case_id])  # the middle of the step, log scale
-            if c.verdict is Verdict.INCONCLUSIVE and c.ratio is not None and c.ratio >= half:
-                return True
-        return False
-
-    lo, hi = -1, len(commits) - 1  # commits[lo] good (-1: good itself), commits[hi] bad
-    while hi - lo > 1 and len(probes) <= max_steps:
-        mid = (lo + hi) // 2
-        comparison = measure(commits[mid])
-        probe = Probe(commits[mid], is_bad(comparison), tuple(_ratios(comparison, cases)))
-        probes.append(probe)
-        progress(f"{commits[mid][:10]}: {'bad' if probe.bad else 'good'}: {_summary(probe)}")
-        if probe.bad:
-            hi = mid
-        else:
-            lo = mid
-    done = hi - lo == 1
-    return Bisection(
-        good=_git(root, "rev-parse", good),
-        bad=commits[-1],
-        first_bad=commits[hi] if done else None,
-        open_range=tuple(commits[lo + 1 : hi + 1]),
-        probes=tuple(probes),
-        step=step,
-    )
 
 
 def _summary(probe: Probe) -> str:

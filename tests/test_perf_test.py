@@ -5,7 +5,6 @@ comment links the run GitHub names, not one from the artifact."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -148,4 +147,3 @@ def test_request_is_frozen() -> None:
     assert request == Request("maintainer", 7, HEAD)
     with pytest.raises(AttributeError):
         request.sha = OTHER  # type: ignore[misc]
-    assert json.dumps(request.__dict__)

@@ -312,23 +312,7 @@ class Session:
         self.progress = tally
         try:
             with ThreadPoolExecutor(len(steps), thread_name_prefix=mode) as pool:
-                futures = [pool.submit(step) for step in steps]
-                errors = []
-                try:
-                    for future in futures:
-                        try:
-                            future.result()
-                        except Exception as exc:
-                            self._stopping.set()
-                            errors.append(exc)
-                except BaseException:
-                    self._stopping.set()
-                    for lane in lanes:
-                        if lane.current is not None:
-                            stop_group(lane.current)
-                    raise
-            if errors:
-                raise errors[0]
+                self._wait_all([pool.submit(step) for step in steps], lanes)
         finally:
             self.prestart, self.progress = prestart, progress
 
@@ -376,6 +360,12 @@ class Session:
                 if lane.thread is None:
                     lane.thread = ThreadPoolExecutor(1, thread_name_prefix=f"lane-{lane.label}")
                 futures.append(lane.thread.submit(self._run_steps, steps))
+        self._wait_all(futures, self.lanes)
+
+    def _wait_all(self, futures: Sequence[Future[None]], lanes: Sequence[_Lane]) -> None:
+        """Every step's end; the first error raised once all have ended (a failing step
+        stops the others at their next case). Interrupted here (SIGTERM, ^C): every
+        lane's worker is ended first."""
         errors: list[BaseException] = []
         try:
             for future in futures:
@@ -384,9 +374,9 @@ class Session:
                 except Exception as exc:
                     self._stopping.set()
                     errors.append(exc)
-        except BaseException:  # interrupted here (SIGTERM, ^C): end every lane's worker
+        except BaseException:
             self._stopping.set()
-            self._stop_workers()
+            self._stop_workers(lanes)
             raise
         if errors:
             raise errors[0]
@@ -397,8 +387,8 @@ class Session:
                 return
             step()
 
-    def _stop_workers(self) -> None:
-        for lane in self.lanes:
+    def _stop_workers(self, lanes: Sequence[_Lane] | None = None) -> None:
+        for lane in self.lanes if lanes is None else lanes:
             if lane.current is not None:
                 stop_group(lane.current)
 

@@ -286,6 +286,19 @@ def _mapping(value: Any, source: str, where: str) -> dict[str, Any]:
     return value
 
 
+def _header(data: dict[str, Any], source: str) -> str:
+    """A suite's or surface file's ``schema_version`` (this guard's) and ``name``."""
+    version = data.get("schema_version")
+    if version != SUITE_SCHEMA_VERSION:
+        raise _fail(
+            source, "schema_version", f"expected {SUITE_SCHEMA_VERSION}, got {shown(version)}"
+        )
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise _fail(source, "name", "must be a non-empty string")
+    return name
+
+
 def _no_unknown(data: dict[str, Any], allowed: set[str], source: str, where: str) -> None:
     unknown = sorted(set(data) - allowed)
     if unknown:
@@ -386,14 +399,7 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
         source,
         "top level",
     )
-    version = data.get("schema_version")
-    if version != SUITE_SCHEMA_VERSION:
-        raise _fail(
-            source, "schema_version", f"expected {SUITE_SCHEMA_VERSION}, got {shown(version)}"
-        )
-    name = data.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise _fail(source, "name", "must be a non-empty string")
+    name = _header(data, source)
 
     kernels = data.get("kernels")
     if not isinstance(kernels, list) or not kernels or not all(isinstance(k, str) for k in kernels):
@@ -612,14 +618,7 @@ def parse_surface(data: Any, source: str, suite: Suite) -> tuple[Case, ...]:
     if not isinstance(data, dict):
         raise BadInput(f"{source}: the surface must be a YAML mapping")
     _no_unknown(data, {"schema_version", "name", "kernels", "cases"}, source, "top level")
-    version = data.get("schema_version")
-    if version != SUITE_SCHEMA_VERSION:
-        raise _fail(
-            source, "schema_version", f"expected {SUITE_SCHEMA_VERSION}, got {shown(version)}"
-        )
-    name = data.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise _fail(source, "name", "must be a non-empty string")
+    _header(data, source)
     suite_kernels = list(suite.raw.get("kernels", []))
     gate = list(suite.raw.get("gate", suite_kernels))
     kernels = data.get("kernels", gate)
