@@ -7,6 +7,10 @@
 #   same   a PR with no change at all
 #   touch  a PR that edits kernels/ without changing a compiled kernel or launch
 #          (a comment in kernels/flash_plan.py): probed, checked, nothing timed
+#   timed  a PR with no change at all, every gated case timed anyway (--time-identical)
+#   decode a real regression of the split-KV decode kernel: its head_dim-128 config back
+#          to 64-key tiles in 4 stages (1.06x at 4x32x8 heads, one query, 32768 keys;
+#          about 1.01x at 4096 keys, where measured)
 #   plant  a real regression: FlashAttention-4's lazy O rescale off in the Gluon kernel's
 #          head_dim-128 non-causal tier (from 4096^2 and 1024 row blocks), so only
 #          gluon_flash cases at S >= 4096 change (1-3% slower where measured)
@@ -44,11 +48,12 @@ pr() {  # name, then optionally a sed expression and the file it edits
   echo "$dir"
 }
 
-check() {  # phase, tree
+check() {  # phase, tree, then any further arguments of guard.ci
   local phase=$1 tree=$2 t0=$SECONDS
+  shift 2
   (cd "$JUDGE" && PYTHONPATH=$JUDGE TESTED_SHA=$phase timeout "${PHASE_LIMIT:-590}" \
     python3 -m guard.ci --device "$DEVICE" --base "$(git -C "$JUDGE" rev-parse HEAD)" \
-    --candidate-tree "$tree" --trusted-cache "$TRUSTED" --out-dir "$OUT/$phase" \
+    --candidate-tree "$tree" --trusted-cache "$TRUSTED" --out-dir "$OUT/$phase" "$@" \
     > "$OUT/$phase.log" 2>&1)
   local rc=$?
   echo "=== $phase: exit $rc in $((SECONDS - t0)) s"
@@ -81,6 +86,7 @@ PY
 
 TOUCH='s/^# The chooser$/# The chooser (the one path chooser)/'
 PLANT='s/Tier(4096 \* 4096, 1024, "ws-persistent", {"SPLIT_KEYS": 1})/Tier(4096 * 4096, 1024, "ws-persistent", {"SPLIT_KEYS": 1, "LAZY_RESCALE": 0})/'
+DECODE='s/    128: triton_config(64, 128, 4, 3),/    128: triton_config(64, 64, 4, 4),/'
 judge
 for p in "$@"; do
   case $p in
@@ -96,6 +102,8 @@ for p in "$@"; do
       echo "a line" >> "$tree/README.md" && (cd "$tree" && git commit -qam docs)
       check docs "$tree" ;;
     same) check same "$(pr same)" ;;
+    timed) check timed "$(pr timed)" --time-identical ;;
+    decode) check decode "$(pr decode "$DECODE" kernels/flash_plan.py)" ;;
     touch) check touch "$(pr touch "$TOUCH" kernels/flash_plan.py)" ;;
     plant) check plant "$(pr plant "$PLANT" kernels/flash_plan.py)" ;;
     *) echo "unknown phase $p" ;;

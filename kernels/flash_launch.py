@@ -186,6 +186,16 @@ def capability(device: torch.device) -> int | None:
     return _capability_of(device_index(device)) if device.type == "cuda" else None
 
 
+@functools.cache
+def _sm_count_of(index: int) -> int:
+    return int(torch.cuda.get_device_properties(index).multi_processor_count)
+
+
+def sm_count(device: torch.device) -> int:
+    """SMs of ``device``; ``flash_plan.SM_COUNT`` off a GPU (the interpreter, compiles)."""
+    return _sm_count_of(device_index(device)) if device.type == "cuda" else flash_plan.SM_COUNT
+
+
 def choose_for(
     q: torch.Tensor,
     k: torch.Tensor,

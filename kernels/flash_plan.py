@@ -47,6 +47,7 @@ TMA_WS = "tma_ws"  # TMA tensor descriptors + automatic warp specialization (sm_
 AUTOTUNE = "autotune"  # ATTN_TRITON_AUTOTUNE=1: triton.autotune over CONFIGS
 INTERPRET = "interpret"  # TRITON_INTERPRET=1: INTERPRET_CONFIG
 GLUON = "gluon"  # the Gluon kernel; Choice.variant says which of VARIANTS
+SPLIT_KV = "split_kv"  # decode: keys split across programs, then merged (triton_decode.py)
 
 TRITON_HEAD_DIMS = (32, 64, 96, 128, 256)
 GLUON_HEAD_DIMS = (64, 128)
@@ -100,7 +101,7 @@ class Choice:
     from ("PINNED[sm_90]", "WS_PINNED", "fallback", "FASTER", ...).
     """
 
-    path: str  # POINTER, TMA_WS, AUTOTUNE, INTERPRET or GLUON
+    path: str  # POINTER, TMA_WS, AUTOTUNE, INTERPRET, GLUON or SPLIT_KV
     source: str
     config: triton.Config | None = None
     variant: str | None = None
@@ -518,6 +519,70 @@ def paired_deal(causal: bool, tiles: int, ctas: int, rounds: int) -> bool:
 
 
 # ----------------------------------------------------------------------------------------
+# Decode: the split-KV kernel (kernels/triton_decode.py)
+# ----------------------------------------------------------------------------------------
+
+# The Triton kernel and the entry point take the split-KV kernel for non-causal calls of
+# at most DECODE_MAX_SEQ_Q queries against at least DECODE_MIN_SEQ_K keys per 4 queries
+# (decode_takes). (Top-left causal calls of so few queries see only the first keys: the
+# row-block kernels.) H200, side by side with SDPA (benchmarks/side_by_side.py --set
+# decode-short, docs/data/h200-2026-11-29/decode-*.jsonl): at 4x32x8 heads, one query,
+# the split kernel took 0.86x SDPA's time at 512 keys (hd 64; 0.80x at hd 128) where the
+# row-block kernels took 1.07-1.44x; 16 queries, it was behind them below 2048 keys.
+DECODE_MAX_SEQ_Q = 16
+DECODE_MIN_SEQ_K = 512
+SM_COUNT = 132  # H100 SXM and H200: what a GPU-less choice sizes grids by
+
+# head_dim -> the split kernel's config: BLOCK_M is the most packed query rows a program
+# takes (fewer when the group's rows are fewer: at least 16, the smallest dot). H200,
+# 4 interleaved rounds with SDPA (docs/data/h200-2026-11-29/decode-configs.jsonl): hd 128,
+# 128-key tiles in 3 stages: 0.990x, 0.997x and 0.088x SDPA's time at (4,32,8,1,32768),
+# (64,32,8,1,4096) and (1,64,8,4,131072) bf16, where 64-key tiles in 4 stages took 1.060x,
+# 1.005x, 0.103x; hd 64, 128-key tiles in 4 stages: 0.997x at (4,32,8,1,32768) fp16 and
+# 1.014x at (32,16,16,1,16384) bf16 (64-key tiles: 1.407x and 1.020x).
+DECODE_CONFIGS: dict[int, triton.Config] = {
+    32: triton_config(64, 128, 4, 4),
+    64: triton_config(64, 128, 4, 4),
+    96: triton_config(64, 128, 4, 3),
+    128: triton_config(64, 128, 4, 3),
+    256: triton_config(64, 64, 4, 2),  # 2 x 64 x 256 x 2 B a stage: 128 KB in two
+}
+DECODE_INTERPRET_CONFIG = triton_config(16, 16, 1, 1)
+
+
+def decode_choice(head_dim: int, *, interpret: bool) -> Choice:
+    """The split-KV kernel's ``Choice`` for ``head_dim``."""
+    if interpret:
+        return Choice(SPLIT_KV, "DECODE_INTERPRET_CONFIG", DECODE_INTERPRET_CONFIG)
+    return Choice(SPLIT_KV, "DECODE_CONFIGS", DECODE_CONFIGS[head_dim])
+
+
+def decode_takes(causal: bool, seq_q: int, seq_k: int) -> bool:
+    """Whether the Triton kernel's and the entry point's call takes the split-KV kernel."""
+    return (
+        not causal and seq_q <= DECODE_MAX_SEQ_Q and seq_k >= DECODE_MIN_SEQ_K * max(1, seq_q // 4)
+    )
+
+
+def decode_splits(ctas: int, key_tiles: int, sms: int, most: int = 128) -> int:
+    """Splits of the keys for ``ctas`` programs of one split each (batch x KV heads x
+    packed row blocks) over ``key_tiles`` key tiles on ``sms`` SMs: FlashAttention's
+    rule. One when the programs already fill 80% of the SMs; else the fewest splits
+    whose last wave is at least 85% as full as the best count's (at most ``most``, and
+    no more than the key tiles)."""
+    if ctas >= 0.8 * sms or key_tiles <= 1:
+        return 1
+    counts = range(1, min(most, key_tiles) + 1)
+
+    def fill(splits: int) -> float:
+        waves = ctas * splits / sms
+        return waves / -(-waves // 1)
+
+    best = max(fill(n) for n in counts)
+    return next(n for n in counts if fill(n) >= 0.85 * best)
+
+
+# ----------------------------------------------------------------------------------------
 # The chooser
 # ----------------------------------------------------------------------------------------
 
@@ -567,6 +632,8 @@ def choose(
         return gluon_choice(
             head_dim, causal, *faster_variant(head_dim, causal, seq_q, seq_k, batch_heads)
         )
+    if decode_takes(causal, seq_q, seq_k) and (capability is not None or env.interpret):
+        return decode_choice(head_dim, interpret=env.interpret)
     if env.interpret:
         return Choice(INTERPRET, "INTERPRET_CONFIG", INTERPRET_CONFIG)
     if env.autotune:

@@ -33,7 +33,7 @@ EveryPathFn = Callable[[str], frozenset[str]]
 _HERE = Path(__file__).resolve().parent
 # What the three FlashAttention names share: the path chooser and configs, the wrappers.
 _FLASH_SHARED = ("flash_plan.py", "flash_launch.py")
-_FLASH_KERNELS = ("triton_flash.py", "gluon_flash_fwd.py")
+_FLASH_KERNELS = ("triton_flash.py", "triton_decode.py", "gluon_flash_fwd.py")
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,7 @@ REGISTRY: dict[str, KernelSpec] = {
             description="this repository's Triton FlashAttention forward (never the Gluon kernel)",
             loader=_from_module("kernels.triton_flash", "flash_attention_fwd"),
             probe=_triton_probe,
-            source_files=("triton_flash.py", *_FLASH_SHARED),
+            source_files=("triton_flash.py", "triton_decode.py", *_FLASH_SHARED),
             accepts_out=True,
             resources=_resources_from("kernels.triton_flash_resources"),
             launch_path=_path_of("triton_flash")[0],

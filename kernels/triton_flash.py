@@ -36,6 +36,11 @@ warp specialization (a TMA producer warp group, two consumer warp groups of 64 r
 calls stay on the pointer path. Only with ``ATTN_TRITON_WS=1``: with other processes
 on the GPU the branch left NaN in most calls (``flash_plan.WS_ENV``).
 
+Decode. Non-causal calls of at most ``flash_plan.DECODE_MAX_SEQ_Q`` queries against at
+least ``flash_plan.DECODE_MIN_SEQ_K`` keys take the split-KV kernel instead
+(``kernels/triton_decode.py``): the query heads of a KV head packed into one row block,
+the keys split across programs, the splits merged by their log-sum-exps.
+
 Launch. ``kernels.flash_plan.choose`` (asked for ``kernel="triton"``) picks the path
 and config; ``kernels.flash_launch.Entry`` keeps each key's launch (``_Plan``: the
 compiled kernel's launcher, grid and scalar arguments) for later calls of that key.
@@ -61,7 +66,7 @@ import triton
 import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
-from kernels import flash_launch, flash_plan
+from kernels import flash_launch, flash_plan, triton_decode
 from kernels.flash_launch import INTERPRET as _INTERPRET
 from kernels.flash_launch import SUPPORTED_HEAD_DIMS, PlanBase, Scalars, prepare, smem_budget
 from kernels.flash_plan import (
@@ -71,6 +76,7 @@ from kernels.flash_plan import (
     INTERPRET_CONFIG,
     PINNED,
     POINTER,
+    SPLIT_KV,
     TMA_WS,
     WS_MIN_SEQ_K,
     WS_PINNED,
@@ -510,8 +516,11 @@ def launch_choice(
     causal: bool,
     scale: float,
     choice: Choice,
-) -> _Plan | None:
+) -> flash_launch.LaunchPlan | None:
     """Run a Triton ``choice`` of ``flash_plan.choose`` on prepared tensors."""
+    if choice.path == SPLIT_KV:
+        assert not causal, choice  # flash_plan.choose takes the split-KV kernel only so
+        return triton_decode.launch(q, k, v, out, scale, choice.config)
     if choice.path == AUTOTUNE:
         return _launch(q, k, v, out, causal, scale, None)
     assert choice.config is not None, choice

@@ -4,7 +4,9 @@ Registry name ``flash_attention``. Each call goes through ``kernels.flash_plan.c
 (``kernel="auto"``): on sm_90 the Gluon kernel (``kernels/gluon_flash_fwd.py``, registry
 name ``gluon_flash``) takes the shapes ``flash_plan.FASTER`` lists as measured faster
 (S >= 1024 for the suite's shapes; ``ATTN_GLUON=0``, or a triton without Gluon, turns
-that off); every other call runs the Triton kernel (``kernels/triton_flash.py``,
+that off); a decode step (few queries, many keys, or ``cache_seqlens`` or a bottom-right
+causal mask) runs the split-KV kernel (``kernels/triton_decode.py``); every other call
+runs the Triton kernel (``kernels/triton_flash.py``,
 registry name ``triton_flash``: the portable pointer path, or its TMA warp-specialized
 path on sm_90). The module keeps its name from when it held the Triton kernel, so that
 ``from kernels.triton_flash_fwd import flash_attention_fwd`` keeps working.
@@ -21,7 +23,7 @@ from types import ModuleType
 
 import torch
 
-from kernels import flash_launch, triton_flash
+from kernels import flash_launch, triton_decode, triton_flash
 from kernels.flash_launch import LaunchPlan
 from kernels.flash_plan import Choice, Env
 
@@ -70,6 +72,8 @@ def flash_attention_fwd(
     causal: bool = False,
     scale: float | None = None,
     out: torch.Tensor | None = None,
+    cache_seqlens: torch.Tensor | None = None,
+    causal_align: triton_decode.CausalAlign = "top-left",
 ) -> torch.Tensor:
     """Attention forward, ``softmax(q @ k^T * scale) @ v``, like torch SDPA, with the
     kernel ``flash_plan.choose`` picks (the module docstring says which).
@@ -80,9 +84,17 @@ def flash_attention_fwd(
         k, v: (batch, heads_kv, seq_k, head_dim), q's dtype and device; heads_kv must
             divide heads_q (grouped-query attention).
         causal: mask keys after the query, TOP-LEFT aligned like SDPA's
-            ``is_causal=True``: query i sees keys j <= i even when seq_q != seq_k.
+            ``is_causal=True`` by default: query i sees keys j <= i even when
+            seq_q != seq_k.
         scale: multiplies q @ k^T; default 1 / sqrt(head_dim); must be positive.
         out: optional buffer shaped and typed like q, written and returned.
+        cache_seqlens: int32 (batch,) on q's device: row b attends only its first
+            cache_seqlens[b] keys (a KV cache filled to different lengths; a row of
+            length 0 gives 0).
+        causal_align: "bottom-right" aligns the causal mask to the end of each row's
+            keys, as decoding needs: query i sees keys j <= i + length - seq_q.
+        With either of the last two the split-KV kernel runs (``kernels/triton_decode.py``,
+        at any seq_q; fast for a decode step's few queries).
 
     Returns:
         (batch, heads_q, seq_q, head_dim) in q's dtype.
@@ -95,4 +107,9 @@ def flash_attention_fwd(
     out, switches) key validates, chooses and compiles; later calls of that key reuse
     its launch plan (``kernels.flash_launch.Entry``).
     """
+    if cache_seqlens is not None or causal_align != "top-left":
+        return triton_decode.flash_decode_fwd(
+            q, k, v, causal=causal, causal_align=causal_align, cache_seqlens=cache_seqlens,
+            scale=scale, out=out,
+        )  # fmt: skip
     return _ENTRY(q, k, v, causal, scale, out)

@@ -19,9 +19,10 @@ VALID = {
 }
 
 
-def test_default_suite_has_the_seven_shapes():
+def test_default_suite_has_seven_prefill_shapes_and_two_decode_steps():
     suite = load_suite("suites/default.yaml")
-    shapes = sorted({(c.shape.as_tuple(), c.causal) for c in suite.cases})
+    prefill = [c for c in suite.cases if c.shape.as_tuple()[2] > 1]
+    shapes = sorted({(c.shape.as_tuple(), c.causal) for c in prefill})
     assert shapes == sorted(
         [
             ((1, 8, 128, 64), False),
@@ -33,7 +34,15 @@ def test_default_suite_has_the_seven_shapes():
             ((2, 8, 2048, 128), True),
         ]
     )
-    assert all(c.dtype == "float16" for c in suite.cases)
+    assert all(c.dtype == "float16" for c in prefill)
+    decode = sorted(
+        {(c.shape.as_tuple(), c.shape.sk, c.shape.hkv, c.dtype) for c in suite.cases}
+        - {(c.shape.as_tuple(), c.shape.sk, c.shape.hkv, c.dtype) for c in prefill}
+    )
+    assert decode == [
+        ((4, 32, 1, 128), 32768, 8, "bfloat16"),
+        ((64, 32, 1, 128), 4096, 8, "bfloat16"),
+    ]
     kernels = {c.kernel for c in suite.cases}
     assert {"triton_flash", "sdpa", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn"} <= kernels
     gated = {c.kernel for c in suite.cases if c.gate}
