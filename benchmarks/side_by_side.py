@@ -57,6 +57,20 @@ SETS: dict[str, list[Shape]] = {
         for d in (64, 128)
         for sk in (128, 256, 512, 1024, 2048)
     ],
+    # The entry point against its own kernels around the dispatch boundaries.
+    "entry-grid": [
+        (4, 16, 16, s, s, d, causal, "bfloat16")
+        for d in (64, 128)
+        for causal in (False, True)
+        for s in (256, 512, 1023, 1024, 1536, 2047, 2048, 4095)
+    ],
+    # Few (batch, head) pairs, where a persistent grid has few tiles to deal.
+    "entry-small": [
+        (b, 8, 8, s, s, 128, causal, "bfloat16")
+        for b in (1, 2)
+        for causal in (False, True)
+        for s in (384, 512, 1023, 1536)
+    ],
     # docs/PERFORMANCE.md's bf16 shapes from 1024 up.
     "table": [
         (4, 32, 32, 4096, 4096, 128, False, "bfloat16"),
@@ -74,6 +88,8 @@ DEFAULT_ARMS = {
     "decode": "sdpa,fa3,flash_attention,triton_flash,gluon_flash",
     "decode-short": "sdpa,flash_attention,decode,pointer,gluon_flash",
     "table": "sdpa,fa3,flash_attention,gluon_flash,cuda_flash",
+    "entry-grid": "sdpa,flash_attention,triton_flash,gluon_flash",
+    "entry-small": "sdpa,flash_attention,triton_flash,gluon_flash",
 }
 
 

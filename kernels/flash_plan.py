@@ -361,8 +361,8 @@ def gluon_config(
 # balances row blocks of 1 to 128 key tiles better than a static dealing: 0.916x vs
 # 0.947x at (1,32,8,8192,128) GQA, 0.863x vs 1.037x at (1,16,16,16384,128).
 FASTER: dict[tuple[int, bool], tuple[int, str, dict[str, int]]] = {
-    (128, False): (2048 * 2048, "ws-persistent", {}),
-    (128, True): (2048 * 2048, "ws-persistent", {}),
+    (128, False): (960 * 960, "ws-persistent", {}),
+    (128, True): (960 * 960, "ws-persistent", {}),
     (64, False): (1024 * 1024, "simple", {}),
     (64, True): (1024 * 1024, "simple-overlap", {"BLOCK_N": 64}),
 }
@@ -380,7 +380,16 @@ class Tier(NamedTuple):
 
 
 # From a larger seq_q * seq_k (and tile count) up, another variant than FASTER's (the
-# last that applies).
+# last that applies), or FASTER's own below FASTER's product.
+# hd 128 from 512^2 and 256 tiles (FASTER's variant, below its 960^2): H200 2026-11-29,
+# the entry point beside both kernels by name in 3 interleaved rounds
+# (benchmarks/side_by_side.py --set entry-grid and entry-small,
+# docs/data/h200-2026-11-29/entry-grid.jsonl, entry-small.jsonl). At (4,16,16,S,128) bf16
+# the Gluon kernel took 0.73-0.76x the Triton kernel's time from S = 512 to 2047, causal
+# or not, where the entry point took the Triton kernel below 2048^2 (1.2-1.4x the
+# fastest of its kernels: the cliff at 2048). With 8 or 16 (batch, head) pairs (32 to 64
+# tiles) the Triton kernel stays ahead at 512 (8.8 vs 11.0 us) and the two tie from 1023
+# (16.8 both at (1,8,8,1023,128) causal): hence 960^2 for any count.
 # hd 64 non-causal from 256 tiles (two per SM of an H100 or H200) and 256^2: the persistent
 # kernel with the scheduler barrier and two pairs of Q buffers, H200 2026-11-27, side by
 # side with cuDNN in 6 interleaved rounds (docs/data/h200-2026-11-27/gluon-hd64-tiles-2309.txt):
@@ -414,8 +423,11 @@ class Tier(NamedTuple):
 # 1.091x; at 32 tiles ((1,8,8,512,64)) the two tie (0.734x both), so the Triton kernel
 # stays there.
 FASTER_FROM: dict[tuple[int, bool], tuple[Tier, ...]] = {
-    (128, False): (Tier(4096 * 4096, 1024, "ws-persistent", {"SPLIT_KEYS": 1}),),
-    (128, True): (Tier(8192 * 8192, 0, "ws", {}),),
+    (128, False): (
+        Tier(512 * 512, 256, "ws-persistent", {}),
+        Tier(4096 * 4096, 1024, "ws-persistent", {"SPLIT_KEYS": 1}),
+    ),
+    (128, True): (Tier(512 * 512, 256, "ws-persistent", {}), Tier(8192 * 8192, 0, "ws", {})),
     (64, False): (Tier(256 * 256, 256, "ws-persistent-pingpong", {}),),
     (64, True): (Tier(256 * 256, 256, "simple-overlap", {"BLOCK_N": 64}),),
 }
@@ -526,7 +538,7 @@ def paired_deal(causal: bool, tiles: int, ctas: int, rounds: int) -> bool:
 # at most DECODE_MAX_SEQ_Q queries against at least DECODE_MIN_SEQ_K keys per 4 queries
 # (decode_takes). (Top-left causal calls of so few queries see only the first keys: the
 # row-block kernels.) H200, side by side with SDPA (benchmarks/side_by_side.py --set
-# decode-short, docs/data/h200-2026-11-29/decode-*.jsonl): at 4x32x8 heads, one query,
+# decode-short, docs/data/h200-2026-11-29/decode-sweep-a.jsonl): at 4x32x8 heads, one query,
 # the split kernel took 0.86x SDPA's time at 512 keys (hd 64; 0.80x at hd 128) where the
 # row-block kernels took 1.07-1.44x; 16 queries, it was behind them below 2048 keys.
 DECODE_MAX_SEQ_Q = 16
@@ -535,7 +547,7 @@ SM_COUNT = 132  # H100 SXM and H200: what a GPU-less choice sizes grids by
 
 # head_dim -> the split kernel's config: BLOCK_M is the most packed query rows a program
 # takes (fewer when the group's rows are fewer: at least 16, the smallest dot). H200,
-# 4 interleaved rounds with SDPA (docs/data/h200-2026-11-29/decode-configs.jsonl): hd 128,
+# 4 interleaved rounds with SDPA (docs/data/h200-2026-11-29/decode-sweep-b.jsonl): hd 128,
 # 128-key tiles in 3 stages: 0.990x, 0.997x and 0.088x SDPA's time at (4,32,8,1,32768),
 # (64,32,8,1,4096) and (1,64,8,4,131072) bf16, where 64-key tiles in 4 stages took 1.060x,
 # 1.005x, 0.103x; hd 64, 128-key tiles in 4 stages: 0.997x at (4,32,8,1,32768) fp16 and

@@ -63,6 +63,11 @@ def _pinned(backend: str) -> SdpaFn:
         causal: bool = False,
         scale: float | None = None,
     ) -> torch.Tensor:
+        if backend == "efficient" and q.shape[1] != k.shape[1]:
+            # The memory-efficient backend takes no enable_gqa ("No available kernel"):
+            # its KV heads repeated first, as a user of it would (the copy is timed too).
+            group = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
         with sdpa_kernel([_BACKENDS[backend]]):
             return _call(q, k, v, causal, scale)
 

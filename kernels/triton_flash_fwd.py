@@ -1,14 +1,19 @@
 """The FlashAttention forward users call: ``flash_attention_fwd`` picks the kernel.
 
 Registry name ``flash_attention``. Each call goes through ``kernels.flash_plan.choose``
-(``kernel="auto"``): on sm_90 the Gluon kernel (``kernels/gluon_flash_fwd.py``, registry
-name ``gluon_flash``) takes the shapes ``flash_plan.FASTER`` lists as measured faster
-(S >= 1024 for the suite's shapes; ``ATTN_GLUON=0``, or a triton without Gluon, turns
-that off); a decode step (few queries, many keys, or ``cache_seqlens`` or a bottom-right
-causal mask) runs the split-KV kernel (``kernels/triton_decode.py``); every other call
-runs the Triton kernel (``kernels/triton_flash.py``,
-registry name ``triton_flash``: the portable pointer path, or its TMA warp-specialized
-path on sm_90). The module keeps its name from when it held the Triton kernel, so that
+(``kernel="auto"``):
+
+- a decode step (at most 16 queries against many keys, not causal), or any call with
+  ``cache_seqlens`` or a bottom-right causal mask: the split-KV kernel
+  (``kernels/triton_decode.py``);
+- on sm_90, the shapes ``flash_plan.FASTER`` and ``FASTER_FROM`` list as measured faster
+  (head_dim 128 from 960 x 960 query-key pairs): the Gluon kernel
+  (``kernels/gluon_flash_fwd.py``, registry name ``gluon_flash``; ``ATTN_GLUON=0``, or a
+  triton without Gluon, turns that off);
+- every other call: the Triton kernel (``kernels/triton_flash.py``, registry name
+  ``triton_flash``: the portable pointer path, or its TMA warp-specialized path on sm_90).
+
+The module keeps its name from when it held the Triton kernel, so that
 ``from kernels.triton_flash_fwd import flash_attention_fwd`` keeps working.
 
 Inputs, limits and causal alignment: those of ``kernels.triton_flash.flash_attention_fwd``

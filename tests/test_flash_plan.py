@@ -227,10 +227,22 @@ def test_ws_switch_and_rules():
 
 
 def test_faster_thresholds_are_products_of_lengths():
-    # hd 128 non-causal from 2048 x 2048 keys x queries, in either shape.
-    assert choose(2048, 128, False, seq_k=2048).kernel == "gluon"
-    assert choose(1024, 128, False, seq_k=4096).kernel == "gluon"
-    assert choose(2048, 128, False, seq_k=2047).kernel == "triton"
+    # hd 128 from 960 x 960 keys x queries, in either shape, at any count of tiles.
+    for causal in (False, True):
+        assert choose(960, 128, causal, seq_k=960).kernel == "gluon"
+        assert choose(480, 128, causal, seq_k=1920).kernel == "gluon"
+        assert choose(1023, 128, causal).kernel == "gluon"  # no cliff at 1024
+        assert choose(960, 128, causal, seq_k=959).kernel == "triton"
+
+
+def test_hd128_tier_from_512_squared_with_many_tiles():
+    # 64 (batch, head) pairs of 4 row blocks: 256 tiles, the Gluon kernel from 512^2;
+    # 16 pairs (64 tiles): the Triton kernel until 960^2.
+    for causal in (False, True):
+        many = choose(512, 128, causal, batch_heads=64)
+        assert (many.kernel, many.variant) == ("gluon", "ws-persistent")
+        assert choose(512, 128, causal, batch_heads=16).kernel == "triton"
+        assert choose(511, 128, causal, batch_heads=64).kernel == "triton"
 
 
 def test_switches_that_override_the_gpu():
@@ -326,7 +338,7 @@ def test_the_suite_gates_each_kernel_by_its_own_name():
     assert set(suite["gate"]) == {"triton_flash", "gluon_flash", "cuda_flash"}
     assert set(suite["gate"]) <= set(suite["kernels"])
     assert "flash_attention" in suite["kernels"]  # measured, a control
-    assert len(suite["cases"]) == 7
+    assert len(suite["cases"]) == 9  # 7 prefill shapes, 2 decode steps
     assert not any("kernels" in case or "threshold" in case for case in suite["cases"])
     assert all(name in registry.REGISTRY for name in suite["kernels"])
 
