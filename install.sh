@@ -14,8 +14,8 @@ else
   # int(), which numpy 2.4 refuses; GPU runners never interpret, so they keep theirs.
   "$py" -m pip install -q "torch==2.13.0" "numpy<2.4"
 fi
-extras=triton
-[ "${1:-}" = "--test" ] && extras=triton,test
+extras=kernels
+[ "${1:-}" = "--test" ] && extras=kernels,test
 "$py" -m pip install -q -e ".[$extras]"
 # The Hopper CUDA kernel's CuTe/CUTLASS headers (kernels/cuda_flash.py CUTLASS_PIN): the
 # wheel's headers only, without its Python tools' dependencies (cuda-python et al.).

@@ -256,8 +256,9 @@ def _pytest_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--threshold",
         metavar="median:N%",
-        help="smallest slowdown worth failing a pytest-benchmark case for (default median:5%%; "
-        "min:N%% decides each round by its fastest sample, for a CPU shared with other work)",
+        help="smallest slowdown worth failing a pytest-benchmark case for (default: min:5%% "
+        "with --pytest, each round by its fastest sample, which decides on a CPU shared "
+        "with other work; median:5%% for saved runs, each round by its median)",
     )
     g.add_argument(
         "--pytest",

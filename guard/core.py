@@ -1098,7 +1098,7 @@ def compare_pytest_runs(
     from guard.measure.pytest_rounds import parse_args
     from guard.store import pytest_runs
 
-    _, chosen = parse_args((), threshold)
+    _, chosen = parse_args((), threshold or results.PYTEST_THRESHOLD)
     base, cand = pytest_runs.load_sides(baseline, candidate, chosen)
     return compare_runs(base, cand, alpha=alpha, plan=plan)
 

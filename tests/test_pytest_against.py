@@ -61,8 +61,11 @@ def _edit(repo: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def _guard(repo: Path, *args: str, rounds: int = 3, max_rounds: int = 3) -> tuple[int, dict, str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def _guard(
+    repo: Path, *args: str, rounds: int = 3, max_rounds: int = 3, path_first: Path | None = None
+) -> tuple[int, dict, str]:
+    path = str(ROOT) if path_first is None else os.pathsep.join((str(path_first), str(ROOT)))
+    env = dict(os.environ, PYTHONPATH=path)
     proc = subprocess.run(
         [
             sys.executable,
@@ -118,6 +121,43 @@ def test_a_planted_slowdown_fails_naming_its_case(project):
         ["baseline", "candidate"] if i % 2 else ["candidate", "baseline"]
         for i in range(1, len(rounds) + 1)
     ]
+
+
+# Imported first by every Python process under its folder (site's sitecustomize): torch
+# and triton cannot be imported, as in an environment that never installed them.
+NO_TORCH = """
+import sys
+
+
+class _NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "triton"):
+            raise ImportError(f"No module named {name!r}")
+        return None
+
+
+sys.meta_path.insert(0, _NoTorch())
+"""
+
+
+def test_a_project_without_torch_gets_its_verdict(project, tmp_path):
+    blocker = tmp_path / "no-torch"
+    blocker.mkdir()
+    (blocker / "sitecustomize.py").write_text(NO_TORCH)
+    check = subprocess.run(
+        [sys.executable, "-c", "import torch"],
+        env=dict(os.environ, PYTHONPATH=str(blocker)),
+        capture_output=True,
+        timeout=60,
+    )
+    assert check.returncode != 0  # the blocker works
+    _edit(project, "SLOWDOWN = 1.0", "SLOWDOWN = 3.0")
+    code, doc, err = _guard(
+        project, "--threshold", "min:50%", "--pytest", ".", *BENCH_ARGS,
+        rounds=4, max_rounds=12, path_first=blocker,
+    )  # fmt: skip
+    assert code == 1, err + json.dumps(doc)[:3000]
+    assert _verdicts(doc)[CHECKSUM] == "regression"
 
 
 def test_an_unchanged_tree_passes_with_every_case_unchanged(project):

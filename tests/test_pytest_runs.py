@@ -299,3 +299,48 @@ def test_min_sets_aside_rounds_slowed_for_their_whole_run(tmp_path, template, ca
     assert code == (1 if ratio > 1 else 0)
     [case] = [c for c in doc["cases"] if c["id"] == CHECKSUM]
     assert case["ratio"] == pytest.approx(ratio, rel=1e-6)  # the floors' ratio, exactly
+
+
+def test_runs_of_pytest_benchmarks_default_size_are_read_and_decided(tmp_path, template, capsys):
+    # pytest-benchmark at its defaults writes tens of MB a run (up to 200k samples a
+    # benchmark): more than the guard's 16 MB cap on its own files. Each run is read as a
+    # stream, each benchmark's samples reduced as read, the medians exact.
+    rng = np.random.default_rng()
+    big = copy.deepcopy(template)
+    for bench in big["benchmarks"]:
+        bench["stats"]["data"] = [float(x) for x in rng.lognormal(-9.0, 0.05, size=180_000)]
+    text = json.dumps(big)
+    assert len(text) > 16 * 1024 * 1024 / 2  # a run; the sides below hold 20+ MB each
+    base = _write_runs(tmp_path / "old", big, 4, {}, noise=0.002)
+    cand = _write_runs(tmp_path / "new", big, 4, {"test_checksum": 1.5}, noise=0.002)
+    one = next((base / "Linux-CPython-3.11-64bit").iterdir())
+    assert one.stat().st_size > 4 * 1024 * 1024
+    doc = pytest_runs.read_file(one)
+    for bench, original in zip(
+        doc.benchmarks, json.loads(one.read_text())["benchmarks"], strict=True
+    ):
+        assert len(bench.samples) == pytest_runs.KEPT_SAMPLES
+        assert float(np.median(bench.samples)) == pytest.approx(
+            float(np.median(original["stats"]["data"])), rel=1e-12
+        )
+    code, out = _run_json(
+        capsys,
+        ["compare", "--baseline-runs", str(base), "--candidate-runs", str(cand), "--json",
+         "--threshold", "median:5%"],
+    )  # fmt: skip
+    assert code == 1, out["headline"]
+    assert _verdicts(out)[CHECKSUM] == "regression"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[1, 2]", "top level must be a JSON object"),
+        ('{"version": "4.0.0", "benchmarks": [', "not valid JSON"),
+    ],
+)
+def test_a_run_that_is_not_a_pytest_benchmark_document_is_named(tmp_path, text, message):
+    path = tmp_path / "run.json"
+    path.write_text(text)
+    with pytest.raises(BadInput, match=message):
+        pytest_runs.read_file(path)

@@ -8,11 +8,13 @@ comment's reader (``guard.comment``) runs without the package's dependencies.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 _CHUNK = 1 << 20
 
@@ -60,6 +62,32 @@ def read_bytes(path: str | Path, limit: int) -> bytes:
     if len(data) > limit:
         raise FileRefused(f"over the {limit}-byte limit")
     return data
+
+
+class _Bounded:
+    """A binary file object that raises ``FileRefused`` once more than ``limit`` bytes
+    have been read (the size is checked on what is read: a file may grow)."""
+
+    def __init__(self, fh: BinaryIO, limit: int) -> None:
+        self._fh, self._limit, self._read = fh, limit, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._fh.read(min(size, self._limit + 1 - self._read) if size >= 0 else -1)
+        self._read += len(data)
+        if self._read > self._limit:
+            raise FileRefused(f"over the {self._limit}-byte limit")
+        return data
+
+
+@contextlib.contextmanager
+def open_bounded(path: str | Path, limit: int) -> Iterator[_Bounded]:
+    """A regular file of at most ``limit`` bytes, opened for reading in a stream
+    (``FileRefused`` as ``read_bytes``)."""
+    fd, info = _open_regular(Path(path))
+    with os.fdopen(fd, "rb") as fh:
+        if info.st_size > limit:
+            raise FileRefused(f"{info.st_size} bytes, over the {limit}-byte limit")
+        yield _Bounded(fh, limit)
 
 
 def read_text(path: str | Path, limit: int) -> str:

@@ -14,6 +14,9 @@ from __future__ import annotations
 # Results and baseline files (guard JSON or pytest-benchmark JSON). Parsing JSON costs
 # up to about 12 bytes of memory per byte of text, and 100 per bracket, hence both caps.
 MAX_FILE_BYTES = 16 * 1024 * 1024  # a guard file with one case at its limit is 15 MB
+# A pytest-benchmark run is read as a stream, one benchmark at a time, each benchmark's
+# samples reduced as read (guard.store.pytest_runs): its defaults write 55-62 MB a run.
+MAX_PYTEST_FILE_BYTES = 4 * 1024**3
 MAX_CONTAINERS = 1_000_000  # JSON lists and objects ('[' and '{' in the text)
 MAX_CASES = 1000  # cases (benchmarks) in one file; the default suite has under 100
 MAX_ROUNDS_PER_CASE = 200  # fresh processes per case and arm; the suite uses 6 to 20

@@ -139,7 +139,7 @@ def parse_args(args: Sequence[str], threshold: str | None) -> tuple[tuple[str, .
         i += 1
     if found and threshold:
         raise BadInput(f"--threshold {threshold} and --pytest {COMPARE_FAIL}: give one of them")
-    chosen = threshold or found or results.PYTEST_THRESHOLD
+    chosen = threshold or found or results.PYTEST_LIVE_THRESHOLD
     try:
         results.pytest_case("x", chosen)
     except ValueError as exc:
@@ -156,7 +156,7 @@ class PytestSession:
         args: Sequence[str],
         *,
         device: str = "auto",
-        threshold: str = results.PYTEST_THRESHOLD,
+        threshold: str = results.PYTEST_LIVE_THRESHOLD,
         timeout_s: float = ROUND_TIMEOUT_S,
         progress: ProgressFn = _noop,
         python: str = sys.executable,

@@ -81,8 +81,8 @@ def run_files(paths: Sequence[str | Path], option: str) -> list[Path]:
 def read_file(path: str | Path) -> PytestBenchmarkFile:
     """One saved pytest-benchmark run (not a guard results file: that is several
     rounds already, compared as one of two files)."""
-    data = results.read_json_text(path)
-    if isinstance(data, dict) and "guard" in data:
+    data = _stream(path, str(path))
+    if "guard" in data:
         raise BadInput(
             f"{path}: a guard results file, not a pytest-benchmark run; compare guard "
             "files as two files (guard compare BASELINE CANDIDATE)"
@@ -92,7 +92,77 @@ def read_file(path: str | Path) -> PytestBenchmarkFile:
 
 def read_pytest_json(path: str | Path, source: str) -> PytestBenchmarkFile:
     """A pytest-benchmark JSON file that errors call ``source`` (a round, not a path)."""
-    return results.read_pytest_benchmark(results.read_json_text(path), source)
+    return results.read_pytest_benchmark(_stream(path, source), source)
+
+
+# The top-level fields of a pytest-benchmark file that the guard reads besides its
+# benchmarks (each read whole: they are small).
+_TOP_SCALARS = ("version", "datetime")
+_TOP_OBJECTS = ("machine_info", "commit_info")
+
+
+def _stream(path: str | Path, source: str) -> dict[str, Any]:
+    """The document a pytest-benchmark file holds, read as a stream: one benchmark at a
+    time, each one's ``stats.data`` reduced to ``KEPT_SAMPLES`` quantiles as it is read
+    (``kept``), so that a file of pytest-benchmark's defaults (tens of MB, up to 200k
+    samples a benchmark) costs the memory of one benchmark. What is not valid is left
+    as it is, for ``results.read_pytest_benchmark`` to name."""
+    import ijson
+
+    def passes() -> Any:
+        return files.open_bounded(path, limits.MAX_PYTEST_FILE_BYTES)
+
+    doc: dict[str, Any] = {}
+    try:
+        with passes() as fh:
+            seen = set()
+            for prefix, event, value in ijson.parse(fh, use_float=True):
+                if prefix == "" and event == "map_key":
+                    seen.add(value)
+                elif prefix in _TOP_SCALARS and event in ("string", "number", "null"):
+                    doc[prefix] = value
+                elif prefix == "" and event not in ("start_map", "end_map"):
+                    raise BadInput(
+                        f"{source}: not a results file (the top level must be a JSON object)"
+                    )
+        for key in _TOP_OBJECTS:
+            if key in seen:
+                with passes() as fh:
+                    doc[key] = next(iter(ijson.items(fh, key, use_float=True)), None)
+        if "guard" in seen:
+            doc["guard"] = True  # a guard results file: read_file says so
+        if "benchmarks" in seen:
+            with passes() as fh:
+                doc["benchmarks"] = [
+                    _reduced(b) for b in ijson.items(fh, "benchmarks.item", use_float=True)
+                ]
+    except FileNotFoundError:
+        raise BadInput(f"{source}: file not found") from None
+    except files.FileRefused as exc:
+        raise BadInput(f"{source}: {exc}") from None
+    except ijson.JSONError as exc:
+        raise BadInput(f"{source}: not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise BadInput(f"{source}: cannot read ({exc})") from None
+    return doc
+
+
+def _reduced(bench: Any) -> Any:
+    """A benchmark entry with its samples reduced (``kept``) where they are all positive
+    finite numbers; anything else is left for the reader to name."""
+    stats = bench.get("stats") if isinstance(bench, dict) else None
+    if not isinstance(stats, dict):
+        return bench
+    data = stats.get("data")
+    if not isinstance(data, list) or len(data) <= KEPT_SAMPLES:
+        return bench
+    if not all(type(x) is float or type(x) is int for x in data):
+        return bench
+    values = np.asarray(data, dtype=float)
+    if not (np.isfinite(values).all() and (values > 0).all() and values.max() <= limits.MAX_TIME_S):
+        return bench
+    stats["data"] = list(kept(data))
+    return bench
 
 
 def machine_value(machine: Mapping[str, Any], field: str) -> str:
