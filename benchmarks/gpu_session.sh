@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU work by named phase: environment, GPU correctness tests, kernel tuning tables,
 # the Gluon benchmark, calibration pools and the guard itself. Each phase has its own
-# time limit, so a few phases fit one sitting of a few minutes:
+# time limit, so a few phases fit one run of a few minutes:
 #   benchmarks/gpu_session.sh env tests tune guard
 # Everything lands in $OUT (or ./gpu-out) with a log per phase. benchmarks/README.md
 # lists the phases and what each writes.

@@ -11,7 +11,7 @@
 #   a  default suite, unchanged tree, every case timed (--time-identical), with --gpus 1
 #      then --gpus 2: the verdict and every case's verdict must agree; wall times
 #   b  the full suite timed, --gpus 2 then --gpus 1: the wall-time ratio. 160 cases at
-#      6 rounds a side (about 10 minutes on one H100) do not fit one call beside a and
+#      6 rounds a side (about 10 minutes on one H100) do not fit one run beside a and
 #      c, so this measures suites/full.yaml, every case (FULL_KERNELS narrows it), at
 #      FULL_ROUNDS rounds a side (default 2, no extension), --time-identical. Each round
 #      is a process, so fewer rounds keep the ratio of per-process start-up to

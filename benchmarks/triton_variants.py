@@ -1,4 +1,4 @@
-"""Check and time Triton FlashAttention variants side by side with torch SDPA, in one call.
+"""Check and time Triton FlashAttention variants side by side with torch SDPA, in one run.
 
 Run on the GPU the numbers are for (one invocation does everything):
 

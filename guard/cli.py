@@ -218,10 +218,12 @@ def _render_comparison(args: argparse.Namespace, comparison: Comparison) -> int:
         terminal.emit_json(render.comparison_json(comparison))
     else:
         terminal.print_table(
-            render.COMPARISON_HEADER,
+            render.comparison_header(comparison),
             render.comparison_rows(comparison),
             title=f"{comparison.baseline.label} -> {comparison.candidate.label}",
         )
+        for case_id, why in render.case_reasons(comparison):
+            print(f"why: {text.one_line(case_id)}: {text.one_line(why)}")
         for diff in comparison.environment_diff:
             print(f"environment differs: {diff[0]}: baseline {diff[1]!r}, here {diff[2]!r}")
         for note in comparison.notes:

@@ -378,3 +378,29 @@ def test_a_failed_write_names_its_option(tmp_path) -> None:
     (tmp_path / "r.html").mkdir()
     with pytest.raises(BadInput, match=r"^--html .*r\.html: cannot write"):
         core.write_output("--html", tmp_path / "r.html", "<p>")
+
+
+def test_reasons_and_the_baseline_only_failure_are_on_screen(tmp_path, capsys) -> None:
+    """A case that fails says why under the table; a case whose baseline alone failed
+    says so (it used to read only "new"); the interval's column names its level."""
+    rng = np.random.default_rng(3)
+    broken = make_case(name="b1-h8-s512-d64-full")
+    healed = make_case(name="b1-h8-s512-d64-causal")
+    rounds = {c: synthetic_rounds(rng, 1e-3) for c in (broken, healed)}
+    base = make_run(rounds, status={healed.id: results.WRONG}, label="base")
+    cand = make_run(rounds, status={broken.id: results.WRONG}, label="head")
+    cand = replace(
+        cand,
+        cases=tuple(
+            replace(c, reason="rel err 0.31 > bound 0.002") if c.case.id == broken.id else c
+            for c in cand.cases
+        ),
+    )
+    results.save(base, tmp_path / "base.json")
+    results.save(cand, tmp_path / "head.json")
+    code = cli.main(["compare", str(tmp_path / "base.json"), str(tmp_path / "head.json")])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"why: {broken.id}: rel err 0.31 > bound 0.002" in out
+    assert f"why: {healed.id}: only the baseline failed: it was wrong (planted)" in out
+    assert "% CI" in out

@@ -400,7 +400,12 @@ def compare_case(
     if cand.status == UNAVAILABLE:
         return replace(common, status=Status.UNAVAILABLE, reason=cand.reason)
     if base is None or base.status != OK:
-        why = "no such case in the baseline" if base is None else f"baseline case is {base.status}"
+        why = (
+            "no such case in the baseline"
+            if base is None
+            else f"only the baseline failed: it was {base.status}"
+            + (f" ({base.reason})" if base.reason else "")
+        )
         return replace(common, status=Status.NEW, reason=why, candidate_median=cand.median)
     if base.case.params() != case.params():
         return replace(

@@ -142,7 +142,7 @@ def git_info(root: str | Path = ".") -> tuple[str, bool, str]:
             return ""
 
     commit = git("rev-parse", "HEAD")
-    if not commit:  # a copy without .git (CI artifacts, a device machine): trust the caller
+    if not commit:  # a copy without .git (CI artifacts, a copied tree): trust the caller
         import os
 
         return os.environ.get("GUARD_COMMIT", os.environ.get("GITHUB_SHA", "")), False, ""

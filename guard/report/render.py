@@ -78,6 +78,27 @@ def comparison_rows(comparison: Comparison) -> list[list[str]]:
 COMPARISON_HEADER = ["case", "baseline", "candidate", "ratio", "CI", "threshold", "verdict"]
 
 
+def comparison_header(comparison: Comparison) -> list[str]:
+    """``COMPARISON_HEADER`` with the interval's level named: the per-case confidence
+    that keeps the whole check's false alarms at alpha (the verdict's own one-sided
+    bound names its level in the verdict's text)."""
+    level = f"{comparison.confidence * 100:.4g}% CI"
+    return [level if h == "CI" else h for h in COMPARISON_HEADER]
+
+
+def case_reasons(comparison: Comparison) -> list[tuple[str, str]]:
+    """(case id, why) for each case that failed, errored, or whose baseline failed."""
+    return [
+        (c.case_id, c.reason)
+        for c in comparison.cases
+        if c.reason
+        and (
+            c.status in (Status.WRONG, Status.ERROR)
+            or (c.status == Status.NEW and c.reason.startswith("only the baseline failed"))
+        )
+    ]
+
+
 # ------------------------------------------------------------------ escaping
 
 
@@ -109,7 +130,7 @@ def comparison_markdown(
         row_of[c.case_id][-1] = verdict_text(c, icons=True)
     out.append("")
     if moved:
-        out += [md_table(COMPARISON_HEADER, [row_of[c.case_id] for c in moved]), ""]
+        out += [md_table(comparison_header(comparison), [row_of[c.case_id] for c in moved]), ""]
     else:
         out += ["No case moved beyond its threshold.", ""]
     resource_notes = [(c.case_id, x) for c in comparison.cases for x in c.resource_changes]
@@ -117,18 +138,16 @@ def comparison_markdown(
         out.append("Compiler resources that changed (a note, not a verdict):")
         out += [f"- {md_code(cid)}: {md_text(x)}" for cid, x in resource_notes[:40]]
         out.append("")
-    problems = [
-        c for c in comparison.cases if c.reason and c.status in (Status.WRONG, Status.ERROR)
-    ]
-    for c in problems:
-        out.append(f"- {md_code(c.case_id)}: {md_text(c.reason)}")
+    problems = case_reasons(comparison)
+    for case_id, why in problems:
+        out.append(f"- {md_code(case_id)}: {md_text(why)}")
     if problems:
         out.append("")
     if rest:
         out += [
             f"<details><summary>{len(rest)} other case(s)</summary>",
             "",
-            md_table(COMPARISON_HEADER, [row_of[c.case_id] for c in rest]),
+            md_table(comparison_header(comparison), [row_of[c.case_id] for c in rest]),
             "",
             "</details>",
             "",

@@ -152,7 +152,7 @@ class TimingPlan:
     alpha: float = 0.01  # whole-check false-alarm rate the intervals are sized for
     # The noise floor a regression must clear when both trees run on one machine,
     # interleaved (calibrated: docs/CALIBRATION.md), and the drift between machines or
-    # days of one GPU model that a stored baseline adds on top (measured across leases).
+    # days of one GPU model that a stored baseline adds on top (measured on several).
     margin: float = 0.005
     drift: float = 0.03
     # "sustained": a pass's samples are queued back to back (no host sync between
