@@ -36,7 +36,21 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         progress=lambda line: print(f"[guard] bisect: {line}", file=sys.stderr),
     )
     print(bisect.describe(result))
+    if args.record:
+        record(args.record, args.case, result)
+        print(f"recorded in {args.record}: {len(args.case)} case(s)")
     return 0 if result.first_bad else 2
+
+
+def record(db: str, case_ids: list[str], result: bisect.Bisection) -> None:
+    """Store which commit made the cases' step (or the range still open) in the history
+    database, where ``guard history`` and the published site name it."""
+    from guard.store import history
+
+    history.record_step_commit(
+        db, case_ids, good=result.good, bad=result.bad, first_bad=result.first_bad or "",
+        open_range=result.open_range,
+    )  # fmt: skip
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,6 +67,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--good", required=True, metavar="REV", help="the last commit known good")
     p.add_argument("--bad", required=True, metavar="REV", help="the first commit known bad")
     p.add_argument("--suite", default=str(core.DEFAULT_SUITE), help="suite YAML file")
+    p.add_argument(
+        "--record",
+        metavar="DB",
+        help="store the commit that made the step (or the range left) in this history "
+        "database: guard history and the published site then name it",
+    )
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     p.add_argument("--rounds", type=terminal.positive_int, help="timing rounds per step")
     p.add_argument("--max-rounds", type=terminal.positive_int, help="ceiling per step")

@@ -109,7 +109,7 @@ def cmd_history(args: argparse.Namespace) -> int:
                 text.one_line(
                     f"step at {p.commit[:10] or '?'} ({p.created[:10]}): {s.kind}, "
                     f"{text.fmt_time(s.before)} -> {text.fmt_time(s.after)} "
-                    f"({s.ratio:.3f}x)"
+                    f"({s.ratio:.3f}x, p={s.p_value:.1e}); {trend.attribution(s)}"
                 )
             )
     else:

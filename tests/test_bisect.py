@@ -22,7 +22,7 @@ name: bisect
 kernels: [reference]
 gate: [reference]
 threshold: "median:20%"
-cpu_timing: {rounds: 4, max_rounds: 6, samples_per_round: 5, sample_target_ms: 2, warmup_ms: 1,
+cpu_timing: {rounds: 4, max_rounds: 12, samples_per_round: 5, sample_target_ms: 2, warmup_ms: 1,
              margin: 0.05}
 cases:
   - {shape: [1, 4, 128, 32], causal: false, dtype: float32}
@@ -88,3 +88,22 @@ def test_a_range_without_a_step_is_refused(repo: tuple[Path, list[str]], monkeyp
     assert main(["bisect", "reference/b1-h4-s128-d32-full-float32", "--good", "HEAD",
                  "--bad", "HEAD~3", "--suite", "suite.yaml", "--device", "cpu"]) == 2  # fmt: skip
     assert "is not an ancestor" in capsys.readouterr().err
+
+
+def test_a_bisection_is_recorded_where_the_history_names_it(tmp_path: Path) -> None:
+    import report_data as data
+
+    from guard import cli_bisect
+    from guard.store import history
+
+    db = tmp_path / "h.sqlite"
+    for run in data.history_runs(n=10, step_at=6, factor=1.1):
+        history.append(run, db)
+    case = "triton_flash/b1-h8-s512-d64-full"
+    t = history.trend(db, case)
+    good, bad = t.step_range(t.steps[0])
+    culprit = "d" * 40
+    found = bisect.Bisection(good, bad, culprit, (culprit,), (), 1.1)
+    cli_bisect.record(str(db), [case], found)
+    t = history.trend(db, case)
+    assert t.attribution(t.steps[0]) == f"made by {culprit[:10]}"

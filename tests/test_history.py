@@ -318,6 +318,49 @@ def test_history_rows_flag_the_step(tmp_path: Path) -> None:
     assert js["steps"][0]["commit"] == t.points[6].commit and len(js["points"]) == 10
 
 
+def test_a_step_names_the_commit_that_made_it_or_that_bisection_is_pending(
+    tmp_path: Path, capsys
+) -> None:
+    db = tmp_path / "h.sqlite"
+    for r in data.history_runs(n=10, step_at=6, factor=1.1):
+        history.append(r, db)
+    t = history.trend(db, CASE)
+    [step] = t.steps
+    good, bad = t.step_range(step)
+    assert (good, bad) == (t.points[5].commit, t.points[6].commit)
+    assert t.attribution(step) == "bisection pending"
+    assert history.trend_json(t)["steps"][0]["bisection"] == "pending"
+    # A bisection that ran out of steps leaves the range open.
+    history.record_step_commit(db, [CASE], good=good, bad=bad, first_bad="", open_range=["a", "b"])
+    t = history.trend(db, CASE)
+    assert t.attribution(step) == f"between {good[:10]} and {bad[:10]}: 2 commit(s) left to bisect"
+    assert history.trend_json(t)["steps"][0]["bisection"] == "open"
+    culprit = "c" * 40
+    history.record_step_commit(db, [CASE], good=good, bad=bad, first_bad=culprit)
+    t = history.trend(db, CASE)
+    assert t.attribution(step) == f"made by {culprit[:10]}"
+    js = history.trend_json(t)["steps"][0]
+    assert (js["bisection"], js["made_by"], js["good"]) == ("found", culprit, good)
+    # Another case's step is not this one's.
+    assert history.trend(db, FLAT).made_by == ()
+    assert cli.main(["history", CASE, "--db", str(db)]) == 0
+    assert f"made by {culprit[:10]}" in capsys.readouterr().out
+
+
+def test_a_format_3_database_is_read_with_every_step_pending(tmp_path: Path) -> None:
+    db = tmp_path / "h.sqlite"
+    for r in data.history_runs(n=10, step_at=6, factor=1.1):
+        history.append(r, db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("DROP TABLE step_commits")
+        conn.execute("PRAGMA user_version = 3")
+    t = history.trend(db, CASE)
+    assert [t.attribution(s) for s in t.steps] == ["bisection pending"]
+    history.record_step_commit(db, [CASE], good="g", bad="b", first_bad="f")  # migrates
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == history.HISTORY_SCHEMA_VERSION
+
+
 def test_a_point_shows_the_case_time_not_the_pooled_median() -> None:
     """The history shows the number every other report shows for a run
     (``stats.case_time``: trimmed geometric mean of round medians), not the median of

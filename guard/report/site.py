@@ -78,6 +78,7 @@ class Series:
     gone: bool  # absent from the GPU's latest run (renamed, removed, or it failed to run)
     truncated: bool  # older runs exist than the first shown
     skipped: int  # unreadable rows left out
+    made_by: tuple[str, ...] = ()  # per step: which commit made it, or "bisection pending"
 
     @property
     def latest(self) -> Run | None:
@@ -145,6 +146,7 @@ def series_of(trends: Sequence[Trend]) -> tuple[Series, ...]:
                 gone=t.points[-1].created < latest[t.gpu_slug],
                 truncated=t.truncated,
                 skipped=len(t.skipped),
+                made_by=tuple(t.attribution(s) for s in t.steps),
             )
         )
     return tuple(out)
@@ -179,8 +181,13 @@ def step_text(series: Series, step: Step) -> str:
     return (
         f"step at {_short(r.commit)} ({r.created[:16]}): {step.kind} {_pct(step.ratio)}, "
         f"{fmt_time(step.before)} → {fmt_time(step.after)} "
-        f"({step.ratio:.3f}×, p={step.p_value:.1e})"
+        f"({step.ratio:.3f}×, p={step.p_value:.1e})" + _made_by(series, step)
     )
+
+
+def _made_by(series: Series, step: Step) -> str:
+    i = series.steps.index(step)
+    return f"; {series.made_by[i]}" if i < len(series.made_by) else ""
 
 
 def run_text(r: Run) -> str:

@@ -42,6 +42,7 @@ module only feeds it a case's timed medians and maps its indexes back.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import hashlib
 import json
@@ -61,7 +62,7 @@ from guard.store.changepoint import Step, detect_steps
 from guard.store.results import OK, RunResult
 
 DEFAULT_DB = Path(".guard/history.sqlite")
-HISTORY_SCHEMA_VERSION = 3
+HISTORY_SCHEMA_VERSION = 4
 OLDEST_READABLE_VERSION = 1  # readers read 1..HISTORY_SCHEMA_VERSION without migrating
 DEFAULT_LIMIT = 1000  # runs per trend unless told otherwise (None: every run)
 
@@ -89,7 +90,7 @@ _RUN_COLUMNS = (
 )
 
 # One statement each: they run in the caller's transaction (executescript would commit).
-_SCHEMA = (
+_SCHEMA: tuple[str, ...] = (
     _RUNS.format(name="runs"),
     """
 CREATE TABLE IF NOT EXISTS case_medians (
@@ -109,6 +110,19 @@ CREATE TABLE IF NOT EXISTS case_medians (
     "CREATE INDEX IF NOT EXISTS case_medians_by_time"
     " ON case_medians (case_id, gpu_slug, created, run_id)",
 )
+# Which commit made a step (``guard bisect --record``): the step of a case between the
+# run at ``good`` and the first run after it, at ``bad``.
+_STEP_COMMITS = """
+CREATE TABLE IF NOT EXISTS step_commits (
+    case_id TEXT NOT NULL,
+    good TEXT NOT NULL,             -- the last commit known good
+    bad TEXT NOT NULL,              -- the first commit known bad
+    first_bad TEXT NOT NULL,        -- the commit that made the step; '' while still open
+    open_range TEXT NOT NULL,       -- JSON list: the commits still left when not found
+    recorded TEXT NOT NULL,         -- when the bisection ended (ISO 8601, UTC)
+    PRIMARY KEY (case_id, good, bad)
+)"""
+_SCHEMA = (*_SCHEMA, _STEP_COMMITS)
 
 
 def migrate_to_2(conn: sqlite3.Connection) -> None:
@@ -133,11 +147,20 @@ def migrate_to_3(conn: sqlite3.Connection) -> None:
         " WHERE run_id IN (SELECT id FROM runs)"
     )
     conn.execute("DROP INDEX IF EXISTS case_medians_by_case")
-    conn.execute(_SCHEMA[-1])
+    conn.execute(_SCHEMA[2])
+
+
+def migrate_to_4(conn: sqlite3.Connection) -> None:
+    """Add the table of which commit made each step (``record_step_commit``)."""
+    conn.execute(_STEP_COMMITS)
 
 
 # MIGRATIONS[n] turns a version n-1 store into version n (in place, in a transaction).
-MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {2: migrate_to_2, 3: migrate_to_3}
+MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    2: migrate_to_2,
+    3: migrate_to_3,
+    4: migrate_to_4,
+}
 
 
 @dataclass(frozen=True)
@@ -169,6 +192,25 @@ class HistoryPoint:
 
 
 @dataclass(frozen=True)
+class StepCommit:
+    """A bisected step: the commit that made it, or the range still open."""
+
+    good: str
+    bad: str
+    first_bad: str
+    open_range: tuple[str, ...]
+    recorded: str
+
+    def text(self) -> str:
+        if self.first_bad:
+            return f"made by {self.first_bad[:10]}"
+        return (
+            f"between {self.good[:10]} and {self.bad[:10]}: "
+            f"{len(self.open_range)} commit(s) left to bisect"
+        )
+
+
+@dataclass(frozen=True)
 class Trend:
     """One case's series on one GPU, oldest first; ``steps`` index into ``points``."""
 
@@ -179,6 +221,18 @@ class Trend:
     gpu_slugs: tuple[str, ...] = ()  # every GPU the case has history on
     skipped: tuple[str, ...] = ()  # rows left out as unreadable: "run N: why"
     truncated: bool = False  # older runs exist before the first point (the limit cut them)
+    made_by: tuple[StepCommit | None, ...] = ()  # per step: its bisection, None: pending
+
+    def step_range(self, step: Step) -> tuple[str, str]:
+        """(good, bad): the commits of the run before the step and of its first run."""
+        return self.points[step.index - 1].commit, self.points[step.index].commit
+
+    def attribution(self, step: Step) -> str:
+        """Which commit made ``step``: "made by C", "between G and B, N commits left",
+        or "bisection pending"."""
+        i = self.steps.index(step)
+        found = self.made_by[i] if i < len(self.made_by) else None
+        return "bisection pending" if found is None else found.text()
 
     def skipped_note(self, db: str | Path) -> str:
         """One line saying how many rows were left out and why ("" when none)."""
@@ -537,7 +591,57 @@ def _trend(
     steps = tuple(
         Step(timed[s.index][0], s.before, s.after, s.p_value) for s in raw
     )  # index into ``points``, failed runs included
-    return Trend(case_id, gpu, tuple(points), steps, tuple(gpus), tuple(skipped), truncated)
+    made_by = tuple(
+        _step_commit(conn, case_id, points[s.index - 1].commit, points[s.index].commit)
+        for s in steps
+    )
+    return Trend(
+        case_id, gpu, tuple(points), steps, tuple(gpus), tuple(skipped), truncated, made_by
+    )
+
+
+def _step_commit(conn: sqlite3.Connection, case_id: str, good: str, bad: str) -> StepCommit | None:
+    if _version(conn) < 4 or not good or not bad:
+        return None
+    row = conn.execute(
+        "SELECT first_bad, open_range, recorded FROM step_commits"
+        " WHERE case_id = ? AND good = ? AND bad = ?",
+        (case_id, good, bad),
+    ).fetchone()
+    if row is None:
+        return None
+    try:
+        left = json.loads(row[1])
+    except (TypeError, ValueError):
+        left = []
+    commits = tuple(str(c) for c in left) if isinstance(left, list) else ()
+    return StepCommit(good, bad, _text(row[0], "first_bad"), commits, _text(row[2], "recorded"))
+
+
+def record_step_commit(
+    db: str | Path,
+    case_ids_: Sequence[str],
+    *,
+    good: str,
+    bad: str,
+    first_bad: str,
+    open_range: Sequence[str] = (),
+) -> None:
+    """Record which commit made the step of ``case_ids_`` between the runs at ``good``
+    and ``bad`` (full commit ids, as the runs store them), or the range still open."""
+    recorded = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    with _connect(db, create=True) as conn:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for case_id in case_ids_:
+                conn.execute(
+                    "INSERT OR REPLACE INTO step_commits VALUES (?, ?, ?, ?, ?, ?)",
+                    (case_id, good, bad, first_bad, json.dumps(list(open_range)), recorded),
+                )
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
 
 
 def _check_params(alpha: float, min_effect: float | None, limit: int | None) -> None:
@@ -643,10 +747,14 @@ class PointJson(TypedDict):
 
 
 class StepJson(TypedDict):
-    """A ``Step`` in ``trend_json``, with the commit of its first point."""
+    """A ``Step`` in ``trend_json``, with the commit of its first point and of the run
+    before it, and which commit made it (``made_by``: "" while pending or open)."""
 
     index: int
     commit: str
+    good: str
+    made_by: str
+    bisection: str  # "found", "open" or "pending"
     before_s: float
     after_s: float
     ratio: float
@@ -694,11 +802,30 @@ def trend_json(t: Trend) -> TrendJson:
             {
                 "index": s.index,
                 "commit": t.points[s.index].commit,
+                "good": t.points[s.index - 1].commit,
+                "made_by": _made_by(t, i),
+                "bisection": _bisection_state(t, i),
                 "before_s": s.before,
                 "after_s": s.after,
                 "ratio": s.ratio,
                 "p_value": s.p_value,
             }
-            for s in t.steps
+            for i, s in enumerate(t.steps)
         ],
     }
+
+
+def _found(t: Trend, i: int) -> StepCommit | None:
+    return t.made_by[i] if i < len(t.made_by) else None
+
+
+def _made_by(t: Trend, i: int) -> str:
+    found = _found(t, i)
+    return "" if found is None else found.first_bad
+
+
+def _bisection_state(t: Trend, i: int) -> str:
+    found = _found(t, i)
+    if found is None:
+        return "pending"
+    return "found" if found.first_bad else "open"
