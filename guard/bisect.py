@@ -20,10 +20,12 @@ each step).
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from guard import core
 from guard.base.errors import BadInput
@@ -81,6 +83,11 @@ def commits_between(good: str, bad: str, repo: str | Path = ".") -> list[str]:
     if not commits:
         raise BadInput(f"no commit between --good {good} and --bad {bad}")
     return commits
+
+
+def first_parent(commit: str, repo: str | Path = ".") -> str:
+    """The first parent of ``commit`` (full id)."""
+    return _git(Path(repo), "rev-parse", f"{commit}^").strip()
 
 
 def _ratios(comparison: Comparison, cases: set[str]) -> list[tuple[str, float | None, str]]:
@@ -190,3 +197,144 @@ def describe(result: Bisection, repo: str | Path = ".") -> str:
         f"first slower commit: {result.first_bad} ({result.step:.3f}x at the range's end) "
         f"{subject}".rstrip()
     )
+
+
+# ------------------------------------------------------------------ the night's bisections
+
+RECORDS_SCHEMA_VERSION = 1
+_SHA = re.compile(r"[0-9a-f]{7,64}")  # a commit id as runs and bisections store it
+
+
+@dataclass(frozen=True)
+class PendingStep:
+    """A step of the history not yet attributed to a commit: the cases that stepped
+    between the runs at ``good`` and ``bad``; ``resume``: the (good, bad) of the range
+    a bisection left open, to go on from (else the step's own ends)."""
+
+    good: str
+    bad: str
+    case_ids: tuple[str, ...]
+    resume: tuple[str, str] | None = None
+
+    @property
+    def ends(self) -> tuple[str, str]:
+        return self.resume or (self.good, self.bad)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """What one night's bisection found for a step (``guard publish --bisections``)."""
+
+    good: str
+    bad: str
+    case_ids: tuple[str, ...]
+    first_bad: str  # "" while the range is still open
+    open_range: tuple[str, ...]
+
+
+def pending_steps(trends: list[Any], parent: Callable[[str], str]) -> list[PendingStep]:
+    """Every step of ``trends`` (``history.Trend``, one GPU) without a commit that made
+    it, newest first, cases of the same range together. An open bisection resumes from
+    the first parent of its first commit left (``parent``) to its last."""
+    ranges: dict[tuple[str, str], list[str]] = {}
+    resume: dict[tuple[str, str], tuple[str, str]] = {}
+    newest: dict[tuple[str, str], str] = {}
+    for t in trends:
+        for i, step in enumerate(t.steps):
+            good, bad = t.step_range(step)
+            found = t.made_by[i] if i < len(t.made_by) else None
+            if not (_SHA.fullmatch(good) and _SHA.fullmatch(bad)) or good == bad:
+                continue  # a run without a commit id (or not a git one): nothing to bisect
+            if found is not None and found.first_bad:
+                continue
+            ranges.setdefault((good, bad), []).append(t.case_id)
+            newest[(good, bad)] = max(newest.get((good, bad), ""), t.points[step.index].created)
+            left = found.open_range if found is not None else ()
+            if left and _SHA.fullmatch(left[0]) and _SHA.fullmatch(left[-1]):
+                resume[(good, bad)] = (parent(left[0]), left[-1])
+    order = sorted(ranges, key=lambda r: newest[r], reverse=True)
+    return [PendingStep(g, b, tuple(sorted(ranges[(g, b)])), resume.get((g, b))) for g, b in order]
+
+
+def bisect_pending(
+    pending: list[PendingStep],
+    run: Callable[[PendingStep, int], Bisection],
+    *,
+    budget_steps: int,
+    progress: Callable[[str], None] = lambda _: None,
+) -> list[StepRecord]:
+    """Bisect ``pending`` in order within ``budget_steps`` paired runs in all (a night's
+    GPU time): ``run(step, max_steps)`` bisects one range. A range that a bisection
+    refuses (its ends no longer differ) is skipped; one cut short by the budget is
+    recorded open, for the next night to resume."""
+    records: list[StepRecord] = []
+    left = budget_steps
+    for step in pending:
+        if left < 2:  # the range's ends and one midpoint at least
+            progress(f"budget spent: {len(pending) - len(records)} step(s) left for later")
+            break
+        good, bad = step.ends
+        try:
+            result = run(step, left - 1)
+        except BadInput as exc:
+            progress(f"{good[:10]}..{bad[:10]}: skipped ({exc})")
+            left -= 1
+            continue
+        left -= len(result.probes)  # the ends and each midpoint: one paired run each
+        records.append(
+            StepRecord(
+                step.good, step.bad, step.case_ids, result.first_bad or "", result.open_range
+            )
+        )
+        progress(f"{step.good[:10]}..{step.bad[:10]}: {describe(result)}")
+    return records
+
+
+def records_json(records: list[StepRecord]) -> dict[str, Any]:
+    return {
+        "schema_version": RECORDS_SCHEMA_VERSION,
+        "bisections": [
+            {
+                "good": r.good,
+                "bad": r.bad,
+                "case_ids": list(r.case_ids),
+                "first_bad": r.first_bad,
+                "open_range": list(r.open_range),
+            }
+            for r in records
+        ],
+    }
+
+
+MAX_RECORDS = 1000
+
+
+def read_records(data: Any, source: str) -> list[StepRecord]:
+    """A bisections file (``records_json``); ``BadInput`` names the field at fault."""
+    if not isinstance(data, dict) or data.get("schema_version") != RECORDS_SCHEMA_VERSION:
+        raise BadInput(f"{source}: not a bisections file of schema {RECORDS_SCHEMA_VERSION}")
+    items = data.get("bisections")
+    if not isinstance(items, list) or len(items) > MAX_RECORDS:
+        raise BadInput(f"{source}: bisections: a list of at most {MAX_RECORDS} entries")
+    out = []
+    for i, item in enumerate(items):
+        where = f"{source}: bisections[{i}]"
+        if not isinstance(item, dict) or set(item) != {
+            "good", "bad", "case_ids", "first_bad", "open_range"
+        }:  # fmt: skip
+            raise BadInput(f"{where}: needs exactly good, bad, case_ids, first_bad, open_range")
+        shas = [item["good"], item["bad"], *item["open_range"]] + (
+            [item["first_bad"]] if item["first_bad"] else []
+        )
+        if not all(isinstance(s, str) and _SHA.fullmatch(s) for s in shas):
+            raise BadInput(f"{where}: commits must be hexadecimal commit ids")
+        cases = item["case_ids"]
+        if not isinstance(cases, list) or not cases or not all(isinstance(c, str) for c in cases):
+            raise BadInput(f"{where}: case_ids must be a non-empty list of case ids")
+        out.append(
+            StepRecord(
+                item["good"], item["bad"], tuple(cases), item["first_bad"],
+                tuple(item["open_range"]),
+            )
+        )  # fmt: skip
+    return out

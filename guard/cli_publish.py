@@ -104,6 +104,16 @@ def cmd_publish(args: argparse.Namespace) -> int:
         run_id = history.append(results.load(path), args.db)
         what = f"run {run_id}" if run_id is not None else "nothing (no timed case)"
         print(f"[guard] history: {path}: {what} in {args.db}", file=sys.stderr)
+    for path in args.bisections or ():
+        from guard import bisect
+
+        records = bisect.read_records(results.read_json_text(path), str(path))
+        for r in records:
+            history.record_step_commit(
+                args.db, r.case_ids, good=r.good, bad=r.bad, first_bad=r.first_bad,
+                open_range=r.open_range,
+            )  # fmt: skip
+        print(f"[guard] history: {path}: {len(records)} bisection(s) recorded", file=sys.stderr)
     trends = history.every_trend(args.db, limit=None if args.all else args.limit, alpha=args.alpha)
     for t in trends:
         if t.skipped:
@@ -139,6 +149,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--db", type=Path, default=history.DEFAULT_DB, help="the history DB")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="the site's folder")
+    p.add_argument(
+        "--bisections",
+        action="append",
+        metavar="FILE",
+        help="record the steps' commits that `guard bisect-pending` found (repeatable)",
+    )
     p.add_argument(
         "--repo-url",
         metavar="URL",

@@ -54,6 +54,7 @@ def _job(job: str, night: Path, remote: Path) -> subprocess.CompletedProcess[str
             "SHA": "0123456789abcdef0123456789abcdef01234567",
             "RUN_ID": night.name,
             "NIGHTLY": str(night / "nightly"),
+            "BISECT": str(night / "bisect"),
             "HIST": str(night / f"{job}-clone"),
             "BASE": str(night / "history-base"),
             "NEW": str(night / "history-new"),
@@ -127,6 +128,34 @@ def test_nights_land_and_a_moved_branch_is_refused_not_overwritten(tmp_path: Pat
     out = _run_jobs(night_a, remote, "fetch", "publish", "push")
     assert "nothing new for the history" in out, out[-3000:]
     assert len(_branch(remote, tmp_path)[0]) == 2
+
+
+@needs_git
+def test_a_nights_bisections_land_in_the_history_and_on_the_site(tmp_path: Path) -> None:
+    import json
+
+    from guard import bisect
+
+    remote = tmp_path / "attn-guard.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    runs = _runs(12, step_at=6, factor=1.2)
+    _run_jobs(_night(tmp_path, "night-a", runs), remote, "fetch", "publish", "push")
+    _, db = _branch(remote, tmp_path)
+    [step] = bisect.pending_steps(list(history.every_trend(db, limit=None)), parent=lambda c: c)
+    assert (step.good, step.bad) == (runs[5].environment.commit, runs[6].environment.commit)
+    # The next night: the bisect job of one GPU kind found the commit.
+    night = _night(tmp_path, "night-b", [])
+    culprit = "ab" * 20
+    found = bisect.StepRecord(step.good, step.bad, step.case_ids, culprit, ())
+    (night / "bisect" / "bisect-h100").mkdir(parents=True)
+    (night / "bisect" / "bisect-h100" / "bisections.json").write_text(
+        json.dumps(bisect.records_json([found]))
+    )
+    _run_jobs(night, remote, "fetch", "publish", "push")
+    _, db = _branch(remote, tmp_path)
+    assert bisect.pending_steps(list(history.every_trend(db, limit=None)), lambda c: c) == []
+    pages = "".join(p.read_text() for p in (night / "site").rglob("*.html"))
+    assert f"made by {culprit[:10]}" in pages
 
 
 @needs_git
