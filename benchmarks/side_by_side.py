@@ -64,6 +64,13 @@ SETS: dict[str, list[Shape]] = {
         for causal in (False, True)
         for s in (256, 512, 1023, 1024, 1536, 2047, 2048, 4095)
     ],
+    # The head_dim-128 half of entry-grid, and its small-batch neighbours.
+    "entry-hd128": [
+        (b, h, h, s, s, 128, causal, "bfloat16")
+        for b, h in ((4, 16), (1, 8))
+        for causal in (False, True)
+        for s in (512, 1023, 1536, 2047)
+    ],
     # Few (batch, head) pairs, where a persistent grid has few tiles to deal.
     "entry-small": [
         (b, 8, 8, s, s, 128, causal, "bfloat16")
@@ -90,6 +97,7 @@ DEFAULT_ARMS = {
     "table": "sdpa,fa3,flash_attention,gluon_flash,cuda_flash",
     "entry-grid": "sdpa,flash_attention,triton_flash,gluon_flash",
     "entry-small": "sdpa,flash_attention,triton_flash,gluon_flash",
+    "entry-hd128": "flash_attention,triton_flash,gluon_flash",
 }
 
 
