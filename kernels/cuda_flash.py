@@ -302,6 +302,24 @@ def load_extension(capability: tuple[int, int]) -> CudaFlashExtension:
     return module
 
 
+def object_command(
+    source: Path,
+    gencode: str,
+    output: Path,
+    *,
+    extra_flags: Sequence[str] = (),
+    nvcc: str | None = None,
+) -> list[str]:
+    """The nvcc command of ``compile_object``."""
+    nvcc = nvcc or find_nvcc()
+    if nvcc is None:
+        raise FileNotFoundError("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
+    return [
+        nvcc, "-c", str(source), "-o", str(output), gencode,
+        *NVCC_FLAGS, *torch_nvcc_flags(), *extra_flags,
+    ]  # fmt: skip
+
+
 def compile_object(
     source: Path,
     gencode: str,
@@ -316,20 +334,7 @@ def compile_object(
     For the CPU compile tests and the ``-Xptxas -v`` reports. ``gencode`` is one
     ``-gencode=...`` flag; the result's stdout/stderr hold the compiler output.
     """
-    nvcc = nvcc or find_nvcc()
-    if nvcc is None:
-        raise FileNotFoundError("nvcc not found (set CUDA_HOME or put nvcc on PATH)")
-    cmd = [
-        nvcc,
-        "-c",
-        str(source),
-        "-o",
-        str(output),
-        gencode,
-        *NVCC_FLAGS,
-        *torch_nvcc_flags(),
-        *extra_flags,
-    ]
+    cmd = object_command(source, gencode, output, extra_flags=extra_flags, nvcc=nvcc)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
