@@ -175,7 +175,7 @@ PROVIDERS = [
     "gluon-simple-overlap",
     "gluon-ws-pingpong",
 ]
-# "triton": kernels.triton_flash_fwd.flash_attention_fwd as users get it (on sm_90 it
+# "triton": kernels.flash_attention.flash_attention_fwd as users get it (on sm_90 it
 # dispatches to Gluon where measured faster); "triton-portable": the same with
 # ATTN_GLUON=0 (the portable Triton kernel only); "triton+gluon": the dispatch, each
 # check calling twice so the second call runs through the launch plan;
@@ -215,7 +215,7 @@ def _functions(provider: str):
             os.environ["ATTN_GLUON"] = "0"
         import torch
 
-        from kernels import triton_flash_fwd as tf
+        from kernels import flash_attention as tf
 
         if provider in ("triton", "triton-portable"):
             return {provider: lambda q, k, v, causal, out=None: tf.flash_attention_fwd(

@@ -14,7 +14,7 @@ of ``--repeats`` repeats:
 - ``sync``: one call followed by ``torch.cuda.synchronize()``, repeated: launch
   latency plus the kernel plus the wake-up.
 
-Providers: ``triton`` (``kernels.triton_flash_fwd.flash_attention_fwd`` as it is:
+Providers: ``triton`` (``kernels.flash_attention.flash_attention_fwd`` as it is:
 a cached launch plan after the first call), ``triton-jit`` (the same launcher with
 the plan cache off: validation, config lookup and ``JITFunction.run`` on every call,
 the path before the cache), ``sdpa`` (torch's default backend, cuDNN on Hopper) and
@@ -37,8 +37,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from kernels import flash_attention as tf
 from kernels import flash_launch
-from kernels import triton_flash_fwd as tf
 
 Case = tuple[int, int, int, int, bool]  # batch, heads, seq, head_dim, causal
 

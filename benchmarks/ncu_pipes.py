@@ -47,7 +47,7 @@ def target(shapes: list[tuple[int, int, int, int, bool, str]]) -> None:
     import torch
     import torch.nn.functional as F
 
-    from kernels.triton_flash_fwd import flash_attention_fwd
+    from kernels.flash_attention import flash_attention_fwd
 
     providers = dict(zip(CALLS, (
         lambda q, k, v, c: flash_attention_fwd(q, k, v, causal=c),

@@ -39,9 +39,9 @@ pr_tree() {  # name, then optionally a sed expression and the file under kernels
   rm -rf "$dir" && mkdir -p "$dir"
   cp -r kernels "$dir/"
   if [ -n "${2:-}" ]; then
-    local file=$dir/kernels/${3:-triton_flash_fwd.py}
+    local file=$dir/kernels/${3:-flash_attention.py}
     sed -i "$2" "$file"
-    cmp -s "$file" "kernels/${3:-triton_flash_fwd.py}" && echo "plant did not apply: $2" >&2
+    cmp -s "$file" "kernels/${3:-flash_attention.py}" && echo "plant did not apply: $2" >&2
   fi
   echo "$dir"
 }

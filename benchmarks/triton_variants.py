@@ -8,7 +8,7 @@ Run on the GPU the numbers are for (one invocation does everything):
 
 The shapes are the suite's triton_flash workloads plus (4, 32, 4096, 128) non-causal,
 read through ``tune_triton.load_workloads``. Each variant is a launcher and a config:
-``main`` is ``kernels.triton_flash_fwd.flash_attention_fwd`` as it stands (pinned
+``main`` is ``kernels.flash_attention.flash_attention_fwd`` as it stands (pinned
 configs); the others call ``benchmarks/variants/tma_fwd.py`` with one config each.
 Every (shape, variant) is first checked against the float32 reference on NaN-poisoned
 output (error <= 2x same-dtype SDPA's error + the dtype floor, as in the suite), then
@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tune_triton  # benchmarks/ is not a package
 
 from benchmarks.variants import tma_fwd
-from kernels import triton_flash_fwd as tf
+from kernels import flash_attention as tf
 
 DEVICE = "cuda"
 

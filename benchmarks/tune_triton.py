@@ -5,7 +5,7 @@ Run on the GPU that the pinned configs are for:
     PYTHONPATH=. python benchmarks/tune_triton.py --out DIR
 
 For each workload of the suite (``suites/default.yaml``, cases of ``triton_flash``) plus
-(4, 32, 4096, 128) non-causal fp16, every config of ``kernels.triton_flash_fwd.CONFIGS``
+(4, 32, 4096, 128) non-causal fp16, every config of ``kernels.flash_attention.CONFIGS``
 that fits this GPU's shared memory is first checked against the float32 reference (the
 suite's tolerance rule: error <= factor * error of same-dtype torch SDPA + floor), then
 timed with ``triton.testing.do_bench`` (median). The pinned default and torch SDPA's

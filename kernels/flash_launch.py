@@ -2,7 +2,7 @@
 chooser needs, kept launches and the entry that caches them.
 
 Every public ``flash_attention_fwd`` (``kernels/triton_flash.py``: the Triton kernel;
-``kernels/gluon_flash_fwd.py``: the Gluon kernel; ``kernels/triton_flash_fwd.py``: the
+``kernels/gluon_flash_fwd.py``: the Gluon kernel; ``kernels/flash_attention.py``: the
 dispatching entry point) is an ``Entry``: the first call of each key (shapes, strides,
 dtypes, devices, pointer alignment, causal, scale, out, the switches) validates, asks
 ``kernels.flash_plan.choose`` for the path and launches; it keeps a ``LaunchPlan`` (the

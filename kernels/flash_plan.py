@@ -1,7 +1,7 @@
 """Launch plans of the FlashAttention forward: which kernel and path a call takes, and with
 which config. Shared by the Triton kernel (``kernels/triton_flash.py``), the Gluon kernel
 (``kernels/gluon_flash_fwd.py``), the dispatching entry point
-(``kernels/triton_flash_fwd.py``) and the compiler-resource records
+(``kernels/flash_attention.py``) and the compiler-resource records
 (``kernels/triton_flash_resources.py``).
 
 ``choose`` is the one path chooser: a pure function of the workload (lengths, head_dim,

@@ -62,7 +62,7 @@ Inputs and limits.
 - sm_90 only (wgmma, TMA). Registry name ``gluon_flash``: ``flash_attention_fwd``
   here runs this kernel at any length, with the variant ``kernels.flash_plan.faster_variant``
   names for (head_dim, causal), the lengths and batch x heads. The entry point users call
-  (``kernels/triton_flash_fwd.py``, registry name ``flash_attention``) sends only the
+  (``kernels/flash_attention.py``, registry name ``flash_attention``) sends only the
   shapes where it was measured faster here (``FASTER``'s and ``FASTER_FROM``'s sizes;
   never with ``ATTN_GLUON=0``); everything else runs the Triton kernel
   (``kernels/triton_flash.py``).
@@ -1326,7 +1326,7 @@ def flash_attention_fwd(
     name ``gluon_flash``; never the Triton kernel).
 
     Same arguments, checks (``ValueError`` naming the argument) and causal alignment
-    as the entry point ``kernels.triton_flash_fwd.flash_attention_fwd``: q (batch, heads_q, seq_q,
+    as the entry point ``kernels.flash_attention.flash_attention_fwd``: q (batch, heads_q, seq_q,
     head_dim), k and v (batch, heads_kv, seq_k, head_dim), causal TOP-LEFT aligned.
     ``variant`` None: the variant and config ``flash_plan.faster_variant`` names for
     (head_dim, causal), the lengths and batch x heads, with launch plans kept per key as

@@ -223,11 +223,16 @@ REGISTRY: dict[str, KernelSpec] = {
         ),
         KernelSpec(
             name="flash_attention",
-            description="kernels.triton_flash_fwd.flash_attention_fwd as users call it: "
+            description="kernels.flash_attention.flash_attention_fwd as users call it: "
             "gluon_flash where measured faster on sm_90, else triton_flash",
-            loader=_from_module("kernels.triton_flash_fwd", "flash_attention_fwd"),
+            loader=_from_module("kernels.flash_attention", "flash_attention_fwd"),
             probe=_triton_probe,
-            source_files=("triton_flash_fwd.py", *_FLASH_KERNELS, *_FLASH_SHARED),
+            source_files=(
+                "flash_attention.py",
+                "triton_flash_fwd.py",
+                *_FLASH_KERNELS,
+                *_FLASH_SHARED,
+            ),
             accepts_out=True,
             resources=_resources_from("kernels.triton_flash_resources", "entry_resources"),
         ),

@@ -45,7 +45,7 @@ from kernels.ptxas import (
 class TargetOnlyDriver:
     """A triton driver that knows its target and nothing else: compiles, never runs."""
 
-    # Read by the launchers (``triton_flash_fwd.plans_possible``): on a machine with a
+    # Read by the launchers (``flash_launch.plans_possible``): on a machine with a
     # GPU, torch.cuda is available inside ``compile_only`` too, but nothing launches.
     launches = False
 

@@ -386,7 +386,7 @@ def flash_decode_fwd(
     """Attention forward with the split-KV kernel, at any seq_q (fast for the few queries
     of a decode step: ``flash_plan.DECODE_MAX_SEQ_Q``).
 
-    Arguments as the entry point's (``kernels.triton_flash_fwd.flash_attention_fwd``), plus:
+    Arguments as the entry point's (``kernels.flash_attention.flash_attention_fwd``), plus:
 
     Args:
         causal_align: "top-left" (as SDPA) or "bottom-right" (as decoding needs): see

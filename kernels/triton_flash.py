@@ -2,7 +2,7 @@
 
 Registry name ``triton_flash``: ``flash_attention_fwd`` here runs this file's Triton
 kernel on every GPU and every shape, never the Gluon kernel (for the entry point that
-picks between the two, see ``kernels/triton_flash_fwd.py``).
+picks between the two, see ``kernels/flash_attention.py``).
 
 Algorithm. Each program owns BLOCK_M query rows of one (batch, head) and walks the keys
 in BLOCK_N tiles, keeping a running row max ``m``, a running denominator ``l`` and an
@@ -551,7 +551,7 @@ def flash_attention_fwd(
 
     Same arguments, shapes, checks (``ValueError`` naming the argument), causal
     alignment (TOP-LEFT, as SDPA) and kept launch plans as the entry point users call,
-    ``kernels.triton_flash_fwd.flash_attention_fwd``, whose docstring gives them.
+    ``kernels.flash_attention.flash_attention_fwd``, whose docstring gives them.
     """
     return _ENTRY(q, k, v, causal, scale, out)
 

@@ -298,7 +298,7 @@ def test_gluon_choice_carries_the_config_the_kernel_launches_with():
 def test_each_flash_name_loads_its_own_module():
     loads = {
         "triton_flash": ("kernels.triton_flash", "flash_attention_fwd"),
-        "flash_attention": ("kernels.triton_flash_fwd", "flash_attention_fwd"),
+        "flash_attention": ("kernels.flash_attention", "flash_attention_fwd"),
     }
     for name, (module, attr) in loads.items():
         assert registry.get(name).loader() is getattr(importlib.import_module(module), attr)
@@ -347,10 +347,10 @@ def test_kernel_modules_import_no_circle():
     # Each kernel module imports on its own, without the entry point or the other kernel.
     code = (
         "import sys; import kernels.triton_flash as t; "
-        "assert 'kernels.triton_flash_fwd' not in sys.modules, 'entry'; "
+        "assert 'kernels.flash_attention' not in sys.modules, 'entry'; "
         "assert 'kernels.gluon_flash_fwd' not in sys.modules, 'gluon'; "
         "import kernels.gluon_flash_fwd; "
-        "assert 'kernels.triton_flash_fwd' not in sys.modules, 'entry'"
+        "assert 'kernels.flash_attention' not in sys.modules, 'entry'"
     )
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(ROOT)
@@ -361,3 +361,13 @@ def test_kernel_modules_import_no_circle():
     if "No module named 'triton.experimental.gluon" in proc.stderr:
         pytest.skip("this triton has no Gluon")
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_the_entry_points_former_module_is_an_alias():
+    pytest.importorskip("triton")
+    from kernels import flash_attention, triton_flash_fwd
+
+    assert triton_flash_fwd.flash_attention_fwd is flash_attention.flash_attention_fwd
+    spec = registry.get("flash_attention")
+    assert spec.loader() is flash_attention.flash_attention_fwd
+    assert {"flash_attention.py", "triton_flash_fwd.py"} <= set(spec.source_files)

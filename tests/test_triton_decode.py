@@ -30,10 +30,10 @@ pytest.importorskip("triton")
 from attention_checks import max_err, rel_err  # noqa: E402
 from conftest import KERNEL_SEED  # noqa: E402
 
+from kernels import flash_attention as entry  # noqa: E402
 from kernels import flash_launch, flash_plan  # noqa: E402
 from kernels import triton_decode as td  # noqa: E402
 from kernels import triton_flash as tf  # noqa: E402
-from kernels import triton_flash_fwd as entry  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

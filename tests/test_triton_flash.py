@@ -1,5 +1,5 @@
 """Correctness of the Triton FlashAttention forward (kernels/triton_flash.py, registry name
-``triton_flash``) and of the entry point users call (kernels/triton_flash_fwd.py).
+``triton_flash``) and of the entry point users call (kernels/flash_attention.py).
 
 Without a GPU the kernel runs under the Triton interpreter on the CPU, so the CPU tests
 use small odd shapes. With a GPU the same tests run compiled on CUDA, and the tests
@@ -39,9 +39,9 @@ pytest.importorskip("triton")
 from attention_checks import assert_matches  # noqa: E402
 from conftest import KERNEL_SEED  # noqa: E402
 
+from kernels import flash_attention as entry  # noqa: E402
 from kernels import flash_launch, flash_plan  # noqa: E402
 from kernels import triton_flash as tf  # noqa: E402
-from kernels import triton_flash_fwd as entry  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 

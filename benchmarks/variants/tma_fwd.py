@@ -1,4 +1,4 @@
-"""Variant: the FlashAttention-2 forward of kernels/triton_flash_fwd.py with switches.
+"""Variant: the FlashAttention-2 forward of kernels/flash_attention.py with switches.
 
 USE_TMA=1: Q/K/V/O through 4-D host tensor descriptors (Hopper TMA); the hardware
 zero-fills rows past seq and clips the O store, so no load needs a row mask.
