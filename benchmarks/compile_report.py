@@ -37,7 +37,7 @@ import tune_triton  # benchmarks/ is not a package
 from kernels import triton_flash
 from kernels.flash_plan import TMA_WS
 from kernels.ptxas import exponentials_under_pv, find_cuobjdump, parse_arch, ptxas_report
-from kernels.triton_compile import CompiledLaunch, _ptxas_for, compile_only, kernel_record
+from kernels.triton_compile import CompiledLaunch, compile_only, kernel_record, ptxas_for
 from kernels.triton_flash_resources import choice_for
 
 
@@ -81,7 +81,7 @@ def _exponentials_under_pv(cubin: bytes) -> int | None:
 
 
 def _ptxas_warnings(ptx: str, arch: str) -> list[str]:
-    ptxas, gpu_name = _ptxas_for(parse_arch(arch))
+    ptxas, gpu_name = ptxas_for(parse_arch(arch))
     report = ptxas_report(ptx, gpu_name, ptxas, extra_flags=("-lineinfo",))  # cached
     return [line for line in report.splitlines() if "arning" in line]
 

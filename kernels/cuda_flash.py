@@ -55,7 +55,21 @@ HOPPER_SOURCES = (
     CSRC / "flash_fwd_sm90.cu",
     *(CSRC / f"flash_fwd_sm90_{dt}_hdim{hd}.cu" for dt in ("fp16", "bf16") for hd in (64, 128)),
 )
-HEADERS = (CSRC / "flash_fwd.h", HOPPER_KERNEL_HEADER)
+# Its parts, which the header includes, named as FlashAttention-3's hopper/ files are.
+HOPPER_PARTS = tuple(
+    CSRC / name
+    for name in (
+        "named_barrier.hpp",
+        "utils.h",
+        "softmax.h",
+        "mask.h",
+        "tile_scheduler.hpp",
+        "mainloop_fwd_sm90_tma_gmma_ws.hpp",
+        "epilogue_fwd.hpp",
+    )
+)
+# Every header a build copies beside the sources (_sources_in) and hashes (source_hash).
+HEADERS = (CSRC / "flash_fwd.h", HOPPER_KERNEL_HEADER, *HOPPER_PARTS)
 HOPPER = (9, 0)
 CUTLASS_PIN = "nvidia-cutlass==4.2.0.0"  # also in install.sh and ci/setup-runner.sh
 

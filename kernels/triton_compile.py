@@ -123,7 +123,8 @@ def max_shared_bytes(arch: str) -> int:
 
 
 @functools.cache
-def _ptxas_for(capability: int) -> tuple[str, str]:
+def ptxas_for(capability: int) -> tuple[str, str]:
+    """The ptxas that triton uses for ``capability`` (90: sm_90), and its GPU name."""
     from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
 
     return get_ptxas(capability).path, sm_arch_from_capability(capability)
@@ -131,7 +132,7 @@ def _ptxas_for(capability: int) -> tuple[str, str]:
 
 def toolchain(arch: str = "sm_90") -> str:
     """The compilers a Triton record for ``arch`` comes from: "triton 3.6.0, ptxas 12.8.93"."""
-    ptxas, _ = _ptxas_for(parse_arch(arch))
+    ptxas, _ = ptxas_for(parse_arch(arch))
     return f"triton {triton.__version__}, ptxas {tool_version(ptxas)}"
 
 
@@ -145,7 +146,7 @@ def kernel_record(
     """
     kernel = launch.kernel
     meta = kernel.metadata
-    ptxas, gpu_name = _ptxas_for(parse_arch(arch))
+    ptxas, gpu_name = ptxas_for(parse_arch(arch))
     flags = ("-lineinfo",) + (() if getattr(meta, "enable_fp_fusion", True) else ("--fmad=false",))
     report = ptxas_report(kernel.asm["ptx"], gpu_name, ptxas, extra_flags=flags)
     entries = [e for e in parse_ptxas(report) if e.symbol == meta.name]

@@ -188,11 +188,15 @@ def test_publish_records_the_bisections_where_the_site_names_the_commit(tmp_path
     path.write_text(json.dumps(bisect.records_json([record])))
     assert bisect.read_records(json.loads(path.read_text()), "f") == [record]
     site = tmp_path / "site"
-    assert main(["publish", "--db", str(db), "--out", str(site), "--bisections", str(path)]) == 0
+    repo = "https://github.com/example/attn-guard"
+    assert main(["publish", "--db", str(db), "--out", str(site), "--bisections", str(path),
+                 "--repo-url", repo]) == 0  # fmt: skip
     t = history.trend(db, STEPPED)
     assert t.attribution(t.steps[0]) == f"made by {culprit[:10]}"
     pages = "".join(p.read_text() for p in site.rglob("*.html"))
     assert f"made by {culprit[:10]}" in pages
+    # The step's row links the commit that made it (its page names the pull request).
+    assert f'<a href="{repo}/commit/{culprit}">made by {culprit[:10]}</a>' in pages
 
 
 @pytest.mark.parametrize(

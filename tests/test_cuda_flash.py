@@ -110,6 +110,13 @@ def _cached_run(
     return proc
 
 
+def test_every_header_of_csrc_travels_with_the_build() -> None:
+    # The build compiles copies of the sources (cuda_flash._sources_in): a header left out
+    # of HEADERS would compile here and fail on the GPU runner.
+    headers = {p for p in cuda_flash.CSRC.iterdir() if p.suffix in (".h", ".hpp", ".cuh")}
+    assert headers == set(cuda_flash.HEADERS)
+
+
 def _nvcc_or_skip() -> str:
     nvcc = cuda_flash.find_nvcc()
     if nvcc is None:

@@ -79,6 +79,7 @@ class Series:
     truncated: bool  # older runs exist than the first shown
     skipped: int  # unreadable rows left out
     made_by: tuple[str, ...] = ()  # per step: which commit made it, or "bisection pending"
+    culprits: tuple[str, ...] = ()  # per step: the commit that made it ("" if not known)
 
     @property
     def latest(self) -> Run | None:
@@ -147,6 +148,7 @@ def series_of(trends: Sequence[Trend]) -> tuple[Series, ...]:
                 truncated=t.truncated,
                 skipped=len(t.skipped),
                 made_by=tuple(t.attribution(s) for s in t.steps),
+                culprits=tuple((m.first_bad if m is not None else "") for m in t.made_by),
             )
         )
     return tuple(out)
@@ -469,6 +471,8 @@ class StepRow:
     before: str
     after: str
     p_value: str
+    made_by: str = ""  # "made by C", the commits left, or "bisection pending"
+    made_by_url: str = ""  # the commit that made it, where the repository is known
 
 
 @dataclass(frozen=True)
@@ -541,8 +545,12 @@ def _section(series: Series, repo_url: str) -> GpuSection:
             before=fmt_time(s.before),
             after=fmt_time(s.after),
             p_value=f"{s.p_value:.1e}" if s.p_value >= 1e-12 else "< 1e-12",
+            made_by=series.made_by[i] if i < len(series.made_by) else "",
+            made_by_url=commit_url(repo_url, series.culprits[i])
+            if i < len(series.culprits) and series.culprits[i]
+            else "",
         )
-        for s in reversed(series.steps)
+        for i, s in reversed(list(enumerate(series.steps)))
     )
     recent = tuple(
         (
