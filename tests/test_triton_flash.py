@@ -20,36 +20,24 @@ On a GPU, SDPA's flash backend rounds P as well and the floor matters less.
 from __future__ import annotations
 
 import math
-import os
-import sys
 
+from triton_interpreter import DEVICE, runnable  # before anything imports triton
+
+# isort: split
+
+import pytest
 import torch
-
-# Must precede the first import of triton: triton.jit picks compiled or interpreted
-# kernels when it decorates them, triton.language's own helpers included. If another
-# module imported triton first, the interpreter cannot be switched on any more.
-_INTERPRETER_USABLE = os.environ.get("TRITON_INTERPRET") == "1" or "triton" not in sys.modules
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
 
 pytest.importorskip("triton")
 
-from attention_checks import assert_matches  # noqa: E402
-from conftest import KERNEL_SEED  # noqa: E402
+from attention_checks import assert_matches
+from conftest import KERNEL_SEED
 
-from kernels import flash_attention as entry  # noqa: E402
-from kernels import flash_launch, flash_plan  # noqa: E402
-from kernels import triton_flash as tf  # noqa: E402
+from kernels import flash_attention as entry
+from kernels import flash_launch, flash_plan
+from kernels import triton_flash as tf
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
-pytestmark = pytest.mark.skipif(
-    DEVICE == "cpu" and not (flash_launch.INTERPRET and _INTERPRETER_USABLE),
-    reason="no CUDA GPU, and the Triton interpreter is off or was switched on after triton "
-    "was imported: run with TRITON_INTERPRET=1 in the environment",
-)
+pytestmark = runnable(flash_launch.INTERPRET)
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
