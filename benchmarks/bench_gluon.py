@@ -83,9 +83,9 @@ TABLE = [
     (1, 32, 8, 8192, 8192, 128, True, "bfloat16"),
     (1, 16, 16, 16384, 16384, 128, True, "bfloat16"),
 ]
-# The shapes the Gluon kernel's goals name beside the table's: head_dim 64 with many
+# The headline shapes beside the table's: head_dim 64 with many
 # batches and heads, odd and long head_dim-128 lengths, the headline throughput shapes.
-GOALS = [
+HEADLINE = [
     (16, 16, 16, 512, 512, 64, False, "float16"),
     (4, 16, 16, 2048, 2048, 64, False, "bfloat16"),
     (8, 32, 32, 1024, 1024, 64, True, "bfloat16"),
@@ -155,8 +155,8 @@ HD128_CAUSAL_SHORT = [
 ]
 SHAPE_SETS = {
     "table": TABLE,
-    "goals": GOALS,
-    "all": TABLE + [c for c in GOALS if c not in TABLE],
+    "headline": HEADLINE,
+    "all": TABLE + [c for c in HEADLINE if c not in TABLE],
     "hd64-tiles": HD64_TILES,
     "cuts": CUTS,
     "hd64-causal": HD64_CAUSAL,
@@ -660,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
         "--shapes",
         choices=sorted(SHAPE_SETS),
         default=None,
-        help="timed shapes: the PERFORMANCE.md table (default), the goals' shapes, both (all),"
+        help="timed shapes: the PERFORMANCE.md table (default), the headline shapes, both (all),"
         " head_dim 64 non-causal at 128 to 1024 row-block tiles (hd64-tiles), or the"
         " non-causal shapes where runs of key tiles cut row blocks (cuts), or head_dim 64"
         " causal from one wave of CTAs to many (hd64-causal), or head_dim 128 causal from"

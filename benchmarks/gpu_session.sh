@@ -48,8 +48,8 @@ for p in "$@"; do
         --paired "${GLUON_PAIRED-sdpa,triton,triton-portable,gluon-simple:BLOCK_N=64:hd=64}" ;;
     gluon-gate)  # exit 1 when a check of the dispatched kernel failed in the gluon phase
       phase gluon-gate 30 python3 -c 'import json,sys; rows=[json.loads(l) for l in open(sys.argv[1]) if l.strip()]; mine=[r for r in rows if r.get("name") in ("triton","triton+gluon")]; bad=[r for r in mine if not r.get("ok") or r.get("error")]; n=sum(r.get("kind")=="check" for r in mine); print(f"{len(mine)-len(bad)}/{len(mine)} checks and timed-output checks of the dispatch pass ({n} checks)"); sys.exit(1 if bad or not n else 0)' "$OUT/results.jsonl" || GATE_FAILED=1 ;;
-    gluon-goals)  # the entry point against cuDNN on the table's and the goals' shapes, side by side, and eager µs per call
-      TAIL=45 phase gluon-goals 300 python3 benchmarks/bench_gluon.py --out "$OUT/gluon-goals" \
+    gluon-headline)  # the entry point against cuDNN on the table's and the headline shapes, side by side, and eager µs per call
+      TAIL=45 phase gluon-headline 300 python3 benchmarks/bench_gluon.py --out "$OUT/gluon-headline" \
         --shapes all --providers sdpa,triton --paired sdpa,triton --rounds "${GLUON_ROUNDS:-6}" --budget-s 280 ;;
     split)  # runs of key tiles: the cut shapes against the reference, then the CTAs' timeline
       phase split-tests 200 python3 -m pytest tests/test_gluon_split.py -q -ra -p no:cacheprovider
