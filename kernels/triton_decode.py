@@ -37,7 +37,6 @@ import triton.language as tl
 from kernels import flash_launch, flash_plan
 from kernels.flash_launch import INTERPRET as _INTERPRET
 from kernels.flash_launch import PlanBase, plan_key, prepare
-from kernels.flash_plan import Choice
 
 __all__ = ["flash_decode_fwd", "launch"]
 
@@ -327,10 +326,7 @@ class _Plan(PlanBase):
             part = lse = o
         else:
             splits, rows_total, head_dim = self.work
-            work = torch.empty(
-                _workspace_size(splits, rows_total, head_dim), dtype=torch.float32,
-                device=self.device,
-            )  # fmt: skip
+            work = _workspace(splits, rows_total, head_dim, self.device)
             part = work.data_ptr()
             lse = part + 4 * _lse_offset(splits, rows_total, head_dim)
         call, head = self.split
@@ -350,7 +346,7 @@ class _Plan(PlanBase):
 # ----------------------------------------------------------------------------------------
 
 
-def _check_lens(lens: object, q: torch.Tensor, seq_k: int) -> torch.Tensor:
+def _check_lens(lens: object, q: torch.Tensor) -> torch.Tensor:
     if not isinstance(lens, torch.Tensor):
         raise ValueError(f"cache_seqlens must be a torch.Tensor, got {type(lens).__name__}")
     if lens.dtype != torch.int32:
@@ -365,10 +361,6 @@ def _check_lens(lens: object, q: torch.Tensor, seq_k: int) -> torch.Tensor:
 
 
 _PLANS: dict[tuple[object, ...], _Plan] = {}
-
-
-def _choice(q: torch.Tensor) -> Choice:
-    return flash_plan.decode_choice(q.shape[-1], interpret=_INTERPRET)
 
 
 def flash_decode_fwd(
@@ -418,13 +410,14 @@ def flash_decode_fwd(
             return plan(q, k, v, out, cache_seqlens)
     unit = key is not None and q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
     q, k, v, out, scale = prepare(q, k, v, causal, scale, out)
-    lens = None if cache_seqlens is None else _check_lens(cache_seqlens, q, k.shape[2])
+    lens = None if cache_seqlens is None else _check_lens(cache_seqlens, q)
     if out.numel() == 0:
         return out
     if k.shape[2] == 0:
         return out.zero_()
+    config = flash_plan.decode_choice(q.shape[-1], interpret=_INTERPRET).config
     plan = launch(
-        q, k, v, out, scale, _choice(q).config, lens=lens, causal=causal,
+        q, k, v, out, scale, config, lens=lens, causal=causal,
         bottom_right=causal_align == "bottom-right", splits=num_splits,
     )  # fmt: skip
     if plan is not None and unit and key is not None and lens is cache_seqlens:
