@@ -21,6 +21,12 @@ Without ``--candidate-tree`` (a local run in a checkout of the PR) the base comm
 kernels are measured from a temporary worktree of ``--base`` and the candidate is this
 tree; the policy still comes from the base commit's suite file.
 
+Another project's check (``.github/workflows/guard-reusable.yml``): its suite names
+``module:function`` kernels; ``judge/`` is that project's base commit (its suite, and
+the base arm's modules), the guard is installed from a trusted ref of this repository,
+and only the modules the suite names are imported from ``pr/``. Such a project needs
+no ``kernels/`` package.
+
 Scaling out (docs/CI.md, "Scaling out"): ``--shard I/N`` measures one share of the
 suite, balanced by time in this GPU's baseline, and its ``meta.json`` carries the
 evidence ``guard merge`` decides the union from at the family false-alarm rate (the
@@ -61,11 +67,11 @@ from guard.decide.merge import merged_outcome as merge_outcome
 from guard.decide.outcome import CaseProfile, CheckVerdict, Outcome, ShardInfo
 from guard.measure import build_cache, sandbox
 from guard.measure import env as guard_env
-from guard.measure.proc import GUARD_ROOT, local_kernels_root
+from guard.measure.proc import GUARD_ROOT, local_kernels_root, tree_root
 from guard.measure.runner import Arm
 from guard.report import render, terminal
 from guard.store import results
-from guard.store.suite import Suite, load_suite, surface_named
+from guard.store.suite import Suite, is_module_kernel, load_suite, surface_named
 
 OUTCOME_FILE = "meta.json"  # the name the comment workflow looks for in the artifact
 MAX_EVENT_BYTES = 25 * 1024 * 1024  # GitHub caps a webhook payload (the event file) at 25 MB
@@ -333,6 +339,8 @@ def _profiles(comparison: Comparison, arms: tuple[Arm, Arm]) -> list[CaseProfile
     for c in regressed[:3]:
         if c.candidate is None or comparison.candidate.environment.device != "cuda":
             continue
+        if is_module_kernel(c.candidate.case.kernel):  # the profiler loads registry kernels
+            continue
         budget = PROFILE_BUDGET_S - spent
         started = time.monotonic()
         if budget < 10:
@@ -343,8 +351,8 @@ def _profiles(comparison: Comparison, arms: tuple[Arm, Arm]) -> list[CaseProfile
                   file=sys.stderr, flush=True)  # fmt: skip
             pc = profile.profile_case(
                 c.candidate.case,
-                arms[0].kernels_root or local_kernels_root(),
-                arms[1].kernels_root or local_kernels_root(),
+                arms[0].kernels_root or tree_root(True),
+                arms[1].kernels_root or tree_root(True),
                 budget_s=budget,
                 confined=((arms[0].env, arms[0].wrapper), (arms[1].env, arms[1].wrapper)),
             )
@@ -369,20 +377,24 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str],
     with contextlib.ExitStack() as stack:
         if args.candidate_tree:
             candidate = Path(args.candidate_tree).resolve()
-            if not (candidate / "kernels").is_dir():
-                raise BadInput(f"--candidate-tree {candidate}: no kernels/ folder there")
             suite, theirs, pr_tree = core.open_suite(args.suite), candidate / args.suite, candidate
+            if suite.uses_registry and not (candidate / "kernels").is_dir():
+                raise BadInput(f"--candidate-tree {candidate}: no kernels/ folder there")
+            if not candidate.is_dir():
+                raise BadInput(f"--candidate-tree {candidate}: not a folder")
             base_arm = Arm("baseline", None, base[:12])
             tested = os.environ.get("TESTED_SHA", "")[:12] or "candidate"
             cand_arm = Arm("candidate", str(candidate), tested)
         else:
             suite, theirs, pr_tree = _suite_at(base, args.suite), Path(args.suite), Path.cwd()
             tree = stack.enter_context(core.worktree(base))
+            if not suite.uses_registry:  # module:function kernels: this folder in the base
+                tree = core.same_folder(tree, ".", base[:12])
             base_arm = Arm("baseline", str(tree), base[:12])
             cand_arm = Arm("candidate", None, "working tree")
         changes = policy_changes(suite, theirs, pr_tree)
         covered = coverage_notes(suite)
-        (base_arm, cand_arm), confined = _confine(args, stack, (base_arm, cand_arm))
+        (base_arm, cand_arm), confined = _confine(args, stack, (base_arm, cand_arm), suite)
         covered = (*confined, *covered)
         if args.kernels:
             suite = suite.select(args.kernels)
@@ -395,11 +407,13 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str],
         progress = terminal.ProgressPrinter(prefix="[perf-guard]")
         started = time.monotonic()
         # kernels/ is all a tree contributes: one git tree in both needs no measuring.
-        same = "" if args.time_identical else _same_kernels(base_arm, cand_arm)
+        # module:function kernels: the whole folder is what a tree contributes.
+        same = "" if args.time_identical else _same_kernels(base_arm, cand_arm, suite)
+        what = "kernels/" if suite.uses_registry else core.PROJECT_FOLDER
         try:
             if same:
                 device = guard_env.pick_device(args.device)[0]
-                comparison = core.identical_trees(suite, (base_arm, cand_arm), same, device)
+                comparison = core.identical_trees(suite, (base_arm, cand_arm), same, device, what)
             else:
                 comparison = core.compare_arms(
                     suite, base_arm, cand_arm, opts=opts, progress=progress
@@ -413,7 +427,7 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str],
 
 
 def _confine(
-    args: argparse.Namespace, stack: contextlib.ExitStack, arms: tuple[Arm, Arm]
+    args: argparse.Namespace, stack: contextlib.ExitStack, arms: tuple[Arm, Arm], suite: Suite
 ) -> tuple[tuple[Arm, Arm], tuple[str, ...]]:
     """Each tree's own compile caches (copies of the trusted one) and, asked for or
     where bubblewrap works, its sandbox: the arms that run so, and a note saying how.
@@ -438,7 +452,7 @@ def _confine(
     for arm, env, writable in zip(arms, envs, build_cache.arm_folders(folder), strict=True):
         wrapper: tuple[str, ...] = ()
         if not why:
-            root = arm.kernels_root or local_kernels_root()
+            root = arm.kernels_root or tree_root(suite.uses_registry)
             readable = [
                 str(GUARD_ROOT),
                 root,
@@ -456,11 +470,19 @@ def _confine(
     return (out[0], out[1]), (note,)
 
 
-def _same_kernels(base_arm: Arm, cand_arm: Arm) -> str:
+def _same_kernels(base_arm: Arm, cand_arm: Arm, suite: Suite) -> str:
     """The git tree of ``kernels/`` when base and candidate hold the same one ("" when
     not, or when git cannot tell: then the check measures). The candidate's folder must
     hold exactly that tree (no file modified, untracked or ignored); the judge's may
-    hold its own bytecode caches."""
+    hold its own bytecode caches. A suite of ``module:function`` kernels: the git tree
+    of each arm's whole folder, where its modules come from."""
+    if not suite.uses_registry:
+        base_tree = core.folder_tree(base_arm.kernels_root or tree_root(False), ignored_count=False)
+        if cand_arm.kernels_root is None:
+            cand_tree = core.folder_tree(tree_root(False), ignored_count=False)
+        else:
+            cand_tree = core.folder_tree(cand_arm.kernels_root)
+        return base_tree if base_tree and base_tree == cand_tree else ""
     # Where each arm's workers import kernels/ from: the judge's own (this guard's) in
     # judge mode, this working tree in a local run.
     base_tree = core.kernels_tree(

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from guard import cli_bisect, cli_merge, cli_publish, cli_report, core
+from guard import cli_bisect, cli_init, cli_merge, cli_publish, cli_report, core
 from guard.base import text
 from guard.base.errors import BadInput, ExitCode, GuardError
 from guard.decide.compare import Comparison, no_gated_checked, run_verdict
@@ -644,6 +644,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_report.register(sub)
     cli_publish.register(sub)  # guard publish: the history as a static site
     cli_bisect.register(sub)  # guard bisect: the commit that made a step
+    cli_init.register(sub)  # guard init: a starter suite and workflow for another repository
     return parser
 
 

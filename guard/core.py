@@ -32,11 +32,19 @@ from guard.decide.compare import (
 )
 from guard.decide.outcome import CheckVerdict
 from guard.measure import env as guard_env
-from guard.measure.proc import kill_running_groups, local_kernels_root
+from guard.measure.proc import kill_running_groups, local_kernels_root, tree_root
 from guard.measure.runner import Arm, Progress, ProgressFn, Session, _noop
 from guard.store import results
 from guard.store.results import OK, UNAVAILABLE, CaseResult, RunResult
-from guard.store.suite import Case, Suite, TimingPlan, flops, load_suite
+from guard.store.suite import (
+    Case,
+    KernelOptions,
+    Suite,
+    TimingPlan,
+    flops,
+    is_module_kernel,
+    load_suite,
+)
 
 if TYPE_CHECKING:
     from guard.measure.resources import ResourceReport
@@ -239,14 +247,12 @@ class Preflight:
 def preflight(suite: Suite, opts: MeasureOptions = MeasureOptions()) -> Preflight:
     """Probe the suite's gated kernels on the device ``opts`` picks (imports no kernel
     module; a probe that fails counts as runnable: the worker will tell)."""
-    import kernels
-
     device, reason = guard_env.pick_device(opts.device)
     blocked: list[tuple[str, str]] = []
     runnable: list[str] = []
     for name in sorted({c.kernel for c in suite.cases if c.gate}):
         try:
-            why = kernels.get(name).probe(device)
+            why = _probe(suite, name, device)
         except Exception:  # the worker reports what really happens
             why = None
         if why:
@@ -254,6 +260,21 @@ def preflight(suite: Suite, opts: MeasureOptions = MeasureOptions()) -> Prefligh
         else:
             runnable.append(name)
     return Preflight(device, reason, tuple(blocked), tuple(runnable))
+
+
+def _probe(suite: Suite, kernel: str, device: str) -> str | None:
+    """Why ``kernel`` cannot run on ``device`` here (None: it can, or cannot be told
+    without importing it): a ``module:function`` kernel by the suite's options, a
+    registry kernel by its entry's probe."""
+    if is_module_kernel(kernel):
+        from guard.measure.module_kernel import ModuleKernel
+
+        options = suite.kernel_options.get(kernel, KernelOptions())
+        return ModuleKernel(kernel, "", options).probe(device)
+    import kernels
+
+    why: str | None = kernels.get(kernel).probe(device)
+    return why
 
 
 def check_output_path(option: str, path: str | Path) -> None:
@@ -571,6 +592,19 @@ def compare_against(
 ) -> Comparison:
     """Measure ``ref``'s kernels and this tree's, interleaved round by round, and compare."""
     with worktree(ref, repo) as tree:
+        if not suite.uses_registry:  # module:function kernels, imported from each tree
+            arms = (
+                Arm("baseline", str(same_folder(tree, repo, ref)), ref),
+                Arm("candidate", str(Path(repo).resolve()), "working tree"),
+            )
+            # The same files in both: the same code, decided without measuring. The
+            # working tree's ignored files (bytecode caches) do not count, as in a
+            # local PR check.
+            same = "" if opts.time_identical else folder_tree(str(arms[0].kernels_root))
+            if same and same == folder_tree(repo, ignored_count=False):
+                device = guard_env.pick_device(opts.device)[0]
+                return identical_trees(suite, arms, same, device, PROJECT_FOLDER)
+            return compare_arms(suite, *arms, opts=opts, progress=progress)
         # Without its own kernels/ the base arm would import this checkout's (or the
         # installed) kernels and compare them with themselves: a PASS that means nothing.
         package = tree / "kernels"
@@ -588,6 +622,24 @@ def compare_against(
             opts=opts,
             progress=progress,
         )
+
+
+PROJECT_FOLDER = "the project's folder"  # what a tree of module:function kernels contributes
+
+
+def same_folder(tree: Path, repo: str | Path, ref: str) -> Path:
+    """``repo``'s folder (where the guard was started) in ``tree``, a checkout of ``ref``:
+    where the base arm imports ``module:function`` kernels from, as the working tree's
+    come from ``repo``. BadInput when ``ref`` has no such folder."""
+    here = Path(repo).resolve()
+    top = _git_out(here, "rev-parse", "--show-toplevel")
+    if top is None:
+        raise BadInput(f"--against {ref}: {here} is not in a git checkout")
+    rel = here.relative_to(Path(top).resolve())
+    folder = tree / rel
+    if not folder.is_dir():
+        raise BadInput(f"--against {ref}: {ref} has no folder {rel.as_posix()}")
+    return folder
 
 
 SURFACE_MODES = ("changed", "all", "none")
@@ -724,18 +776,36 @@ def kernels_tree(tree: str | Path, commit: str = "HEAD", *, ignored_count: bool 
     return sha if status == "" else ""
 
 
+def folder_tree(folder: str | Path, *, ignored_count: bool = True) -> str:
+    """The git tree id of HEAD's copy of ``folder`` (a checkout, or a folder in one),
+    when the files under it are exactly that tree ("" otherwise, or when git cannot
+    say), as ``kernels_tree``: what a suite of ``module:function`` kernels imports."""
+    sha = _git_out(folder, "rev-parse", "--verify", "--quiet", "HEAD:./")
+    if not sha:
+        return ""
+    flags = ["--porcelain", "--untracked-files=all"] + (["--ignored"] if ignored_count else [])
+    return sha if _git_out(folder, "status", *flags, "--", ".") == "" else ""
+
+
 IDENTICAL_TREES = "identical kernels/: the same git tree in both"
 
 
-def identical_trees(suite: Suite, arms: tuple[Arm, Arm], tree: str, device: str) -> Comparison:
-    """The comparison of two trees whose ``kernels/`` are one git tree: every case is the
-    same code in both (only ``kernels/`` is imported from a tree), so each is identical
-    by a fingerprint of that tree, decided without starting a worker."""
+def identical_trees(
+    suite: Suite, arms: tuple[Arm, Arm], tree: str, device: str, what: str = "kernels/"
+) -> Comparison:
+    """The comparison of two trees whose ``kernels/`` (``what``: whatever a tree
+    contributes) are one git tree: every case is the same code in both, so each is
+    identical by a fingerprint of that tree, decided without starting a worker."""
     env = guard_env.collect(device, "" if device == "cuda" else "no GPU asked for")
     runs = []
     for arm in arms:
         cases = tuple(
-            CaseResult(c, OK, reason=IDENTICAL_TREES, fingerprint=f"tree:{tree}")
+            CaseResult(
+                c,
+                OK,
+                reason=IDENTICAL_TREES.replace("kernels/", what),
+                fingerprint=f"tree:{tree}",
+            )
             for c in suite.cases
         )
         runs.append(
@@ -752,7 +822,7 @@ def identical_trees(suite: Suite, arms: tuple[Arm, Arm], tree: str, device: str)
     comparison = compare_runs(
         runs[0], runs[1], alpha=suite.timing.alpha, plan=suite.timing, paired=True
     )
-    note = f"kernels/ is the same git tree in both ({tree[:12]}): decided without measuring"
+    note = f"{what} is the same git tree in both ({tree[:12]}): decided without measuring"
     return replace(comparison, notes=(note, *comparison.notes))
 
 
@@ -783,7 +853,7 @@ def _compare_in(session: Session, opts: MeasureOptions, arms: tuple[Arm, Arm]) -
     both trees compile for their resources."""
     suite = session.suite
     session.check()
-    roots = [a.kernels_root or local_kernels_root() for a in arms]
+    roots = [a.kernels_root or tree_root(suite.uses_registry) for a in arms]
 
     def pair() -> tuple[RunResult, RunResult]:
         res = session.results()
@@ -793,7 +863,10 @@ def _compare_in(session: Session, opts: MeasureOptions, arms: tuple[Arm, Arm]) -
     # the cases whose kernels differ (an identical one has the same resources).
     base_prints = {c.id: c.fingerprint for c in pair()[0].cases}
     differ = tuple(
-        c for c in pair()[1].cases if not (c.fingerprint and c.fingerprint == base_prints[c.id])
+        c
+        for c in pair()[1].cases
+        if not (c.fingerprint and c.fingerprint == base_prints[c.id])
+        and not is_module_kernel(c.case.kernel)  # no resources hook: nothing to compile
     )
     compiling = ResourceCompile(
         suite.with_cases(tuple(c.case for c in differ)),
@@ -878,7 +951,7 @@ def warm_cache(
                         1800,
                         env=dict(env),
                     )
-                    if with_resources
+                    if with_resources and suite.uses_registry
                     else None
                 )
                 arm = Arm("candidate", None, "trusted cache", env=env)
@@ -889,7 +962,13 @@ def warm_cache(
                 except BaseException:
                     kill_running_groups()  # the compile child too
                     raise
-                problem = "" if compiling else "not asked for (--no-resources)"
+                problem = ""
+                if not compiling:
+                    problem = (
+                        "no registry kernel (module:function kernels have no resources hook)"
+                        if with_resources
+                        else "not asked for (--no-resources)"
+                    )
                 try:
                     if compiling is not None:
                         compiling.result()
@@ -1228,15 +1307,13 @@ def refresh_baseline(
 
 def list_cases(suite: Suite, device: str = "auto") -> list[tuple[str, str, str]]:
     """(case id, kernel, availability) for every case; imports no kernel module."""
-    import kernels
-
     dev, _ = guard_env.pick_device(device)
     out = []
     probes: dict[str, str] = {}
     for case in suite.cases:
         if case.kernel not in probes:
             try:
-                probes[case.kernel] = kernels.get(case.kernel).probe(dev) or "available"
+                probes[case.kernel] = _probe(suite, case.kernel, dev) or "available"
             except Exception as exc:
                 probes[case.kernel] = f"probe failed: {exc}"
         out.append((case.id, case.kernel, probes[case.kernel]))

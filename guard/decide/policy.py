@@ -3,8 +3,9 @@
 In a PR check the judge (the base commit's guard) measures with the base commit's
 suite; the PR's suite file only takes effect after merge. ``changes`` lists, in words
 a reviewer reads, every difference between the two: cases added or removed, kernels
-gated or ungated, the surface's cases, thresholds, tolerances and the timing plan
-(alpha included). Pure: two ``Suite`` values in, sentences out.
+gated or ungated, the surface's cases, thresholds, tolerances, the timing plan
+(alpha included) and a ``module:function`` kernel's options. Pure: two ``Suite``
+values in, sentences out.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ def changes(base: Suite, head: Suite) -> list[str]:
             before = asdict(b_tol) if b_tol else "none"
             after = asdict(h_tol) if h_tol else "none"
             out.append(f"tolerance {dtype}: {before} -> {after}")
+    for kernel in sorted(set(base.kernel_options) & set(head.kernel_options)):
+        b_opt, h_opt = base.kernel_options[kernel], head.kernel_options[kernel]
+        if b_opt != h_opt:
+            out.append(f"kernel_options.{kernel}: {b_opt.to_json()} -> {h_opt.to_json()}")
     for plan_name, b_plan, h_plan in (
         ("timing", base.timing, head.timing),
         ("cpu_timing", base.cpu_timing, head.cpu_timing),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from guard.store.suite import Case, Suite
+from guard.store.suite import Case, Suite, is_module_kernel
 
 ARCH = "sm_90"  # the arch the gated kernels' paths are listed for (Hopper)
 
@@ -50,11 +50,16 @@ def _paths(kernel: str, cases: Sequence[Case], arch: str) -> frozenset[str]:
 
 
 def coverage(suite: Suite, arch: str = ARCH) -> tuple[KernelCoverage, ...]:
-    """Each gated kernel's coverage (those whose registry entry lists paths)."""
+    """Each gated kernel's coverage (those whose registry entry lists paths; a
+    ``module:function`` kernel lists none)."""
+    gated = {c.kernel for c in (*suite.cases, *suite.surface) if c.gate}
+    gated = {k for k in gated if not is_module_kernel(k)}
+    if not gated:
+        return ()
     import kernels
 
     out = []
-    for name in sorted({c.kernel for c in (*suite.cases, *suite.surface) if c.gate}):
+    for name in sorted(gated):
         every = kernels.get(name).every_path
         if every is None:
             continue

@@ -412,12 +412,15 @@ def _file_digest(path: str, mtime_ns: int) -> str:
 
 
 def tree_hash(kernels_dir: str | Path) -> str:
-    """Hash of the tree under ``kernels_dir`` (caches excluded): the fallback. Regular
+    """Hash of the tree under ``kernels_dir`` (caches excluded), or of that one file:
+    the fallback. Regular
     files count by their content, read in chunks; links by their target's text, never
     followed (one could lead out of the tree, to a huge file or a device), so that
     changing a link is a change. Other entries (a FIFO, a socket) are left out."""
     root = Path(kernels_dir)
     entries = []
+    if root.is_file() and not root.is_symlink():  # a kernel that is one module's file
+        entries.append((root.name, root))
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = [d for d in dirnames if d != "__pycache__"]
         # A link to a directory is listed among dirnames, and os.walk does not enter it.

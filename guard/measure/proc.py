@@ -74,6 +74,14 @@ def local_kernels_root() -> str:
     return str(Path(kernels.__file__).resolve().parent.parent)
 
 
+def tree_root(uses_registry: bool) -> str:
+    """The tree this process measures when no other is named: where it imports
+    ``kernels`` from when a suite names registry kernels (``local_kernels_root``), else
+    the folder the guard was started in, whose ``module:function`` kernels a suite
+    names (another project's checkout needs no ``kernels`` package)."""
+    return local_kernels_root() if uses_registry else str(Path.cwd().resolve())
+
+
 def _portions(module: ModuleType) -> str:
     return ", ".join(str(p) for p in getattr(module, "__path__", [])) or "no folder"
 

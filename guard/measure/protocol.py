@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TypedDict
 
-from guard.store.suite import Case, TimingPlan, Tolerance
+from guard.store.suite import Case, KernelOptions, TimingPlan, Tolerance
 
 # "check": correctness and fingerprint; "time": samples; "probe": one call's fingerprint
 # (no reference: which cases a change reaches, guard.core.SurfaceProbe).
@@ -34,7 +34,8 @@ class WorkerJob:
 
     mode: Mode
     device: str
-    kernels_root: str  # the tree whose ``kernels`` package this worker imports
+    # The tree whose ``kernels`` package (and ``module:function`` kernels) this worker imports.
+    kernels_root: str
     plan: TimingPlan
     cases: tuple[CaseJob, ...]
     tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
@@ -46,6 +47,8 @@ class WorkerJob:
     # Variables the worker sets before it imports the arm's kernels: the arm's own
     # compile caches (``Arm.env``), so that one tree's builds never serve the other's.
     env: Mapping[str, str] = field(default_factory=dict)
+    # The suite's ``module:function`` kernels and their options (``Suite.kernel_options``).
+    kernel_options: Mapping[str, KernelOptions] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +61,7 @@ class WorkerJob:
             "sys_path": list(self.sys_path),
             "teardown": self.teardown,
             "env": dict(self.env),
+            "kernel_options": {k: v.to_json() for k, v in self.kernel_options.items()},
             "cases": [{**c.case.to_json(), "seed": c.seed} for c in self.cases],
         }
 
@@ -79,6 +83,10 @@ class WorkerJob:
             sys_path=tuple(data.get("sys_path", ())),
             teardown=bool(data.get("teardown", False)),
             env={str(k): str(v) for k, v in data.get("env", {}).items()},
+            kernel_options={
+                str(k): KernelOptions.from_json(v)
+                for k, v in data.get("kernel_options", {}).items()
+            },
         )
 
 

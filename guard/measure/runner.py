@@ -24,7 +24,9 @@ check alone, and a SIGKILLed guard leaves the escaped processes to PID 1.
 
 Each arm's worker imports ``kernels`` from that arm's tree only: an arm whose
 ``kernels/__init__.py`` is missing or not a regular file is refused (BadInput), and the
-worker checks where the package came from (``proc.import_kernels_from``).
+worker checks where the package came from (``proc.import_kernels_from``). A suite whose
+kernels are all ``module:function`` needs no ``kernels`` package: the worker imports
+each module from the arm's tree and checks it lies there (``module_kernel``).
 
 Each round records where its time went (``RoundPhases``: the worker's clock set against
 when the runner started it and saw it end), when every worker of the round finished.
@@ -79,11 +81,11 @@ from guard.measure.proc import (
     end_strays,
     kernels_init_problem,
     kill_group,
-    local_kernels_root,
     start_group,
     stop_group,
     strays_text,
     subreaper,
+    tree_root,
 )
 from guard.measure.protocol import PRELOAD_FLAG, CaseJob, Event, Mode, WorkerClock, WorkerJob
 from guard.store.results import (
@@ -222,7 +224,9 @@ class Session:
         gpus: Sequence[str | None] = (),
     ) -> None:
         for arm in arms:
-            problem = kernels_init_problem(arm.kernels_root) if arm.kernels_root else ""
+            # A suite of module:function kernels alone needs no kernels/ package.
+            needed = arm.kernels_root and suite.uses_registry
+            problem = kernels_init_problem(arm.kernels_root) if arm.kernels_root and needed else ""
             if problem:  # its worker would import another tree's kernels, or none
                 raise BadInput(f"the {arm.name}'s kernels/ cannot be imported: {problem}")
         self.suite = suite
@@ -444,7 +448,7 @@ class Session:
         return WorkerJob(
             mode=mode,
             device=self.device,
-            kernels_root=arm.kernels_root or local_kernels_root(),
+            kernels_root=arm.kernels_root or tree_root(self.suite.uses_registry),
             plan=self.plan,
             cases=tuple(CaseJob(c, case_seed(self.seed, c.id, round_index)) for c in cases),
             tolerances=dict(self.suite.tolerances),
@@ -452,6 +456,7 @@ class Session:
             sys_path=self.sys_path,
             teardown=self.sanitize,
             env=dict(arm.env),
+            kernel_options=dict(self.suite.kernel_options),
         )
 
     def _round(

@@ -22,6 +22,9 @@ signal is Linux-only and follows the parent *thread* that started the worker.
 
 The ``kernels`` package must come from the job's ``kernels_root`` (``guard.measure.proc.
 import_kernels_from``); when it does not, the worker reports ``fatal`` and runs nothing.
+A job of ``module:function`` kernels only imports no ``kernels``: each module comes
+from ``kernels_root`` (``guard.measure.module_kernel``), and one that cannot be imported
+from there fails its cases as a build failure.
 
 ``done`` carries the worker's clock (``protocol.WorkerClock``: where its time went), from
 which the runner records the round's ``RoundPhases``. The GPU's state (``nvidia-smi``, a
@@ -187,13 +190,18 @@ def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
     for module in job.fault_modules:
         __import__(module)  # tests register fault-injection kernels this way
     from guard.measure import fingerprint
+    from guard.measure.module_kernel import ModuleKernel
     from guard.measure.proc import import_kernels_from
+    from guard.store.suite import KernelOptions, is_module_kernel
 
     # The arm's own kernels or none: a tree without kernels/__init__.py would otherwise
     # hand over to another tree's regular package further on sys.path (GUARD_ROOT's).
-    kernels = import_kernels_from(job.kernels_root)
-
-    kernels_dir = os.path.dirname(os.path.abspath(str(kernels.__file__)))  # checked: a file
+    # Needed only for registry names: module:function kernels come from the tree itself.
+    kernels: Any = None
+    kernels_dir = ""
+    if any(not is_module_kernel(c.case.kernel) for c in job.cases):
+        kernels = import_kernels_from(job.kernels_root)
+        kernels_dir = os.path.dirname(os.path.abspath(str(kernels.__file__)))  # checked: a file
     device, mode, plan, tolerances = job.device, job.mode, job.plan, job.tolerances
     if device == "cpu":
         torch.set_num_threads(1)  # CPU fallback: steadier samples on shared 2-core machines
@@ -206,17 +214,23 @@ def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
 
     loaded: dict[str, Any] = {}
     hashes: dict[str, str] = {}
+    sources: dict[str, str] = {}
     prepared: list[tuple[Case, measure.Prepared]] = []
     worked: set[str] = set()  # kernels whose first case has run
     for case_job in job.cases:
         case, seed = case_job.case, case_job.seed
         _emit(proto, event="begin", case=case.id)
         base = {"event": "result", "case": case.id}
-        try:
-            spec = kernels.get(case.kernel)
-        except KeyError as exc:
-            _emit(proto, **base, status=CRASHED, reason=str(exc).strip("'\""))
-            continue
+        spec: Any
+        if is_module_kernel(case.kernel):
+            options = job.kernel_options.get(case.kernel, KernelOptions())
+            spec = ModuleKernel(case.kernel, job.kernels_root, options)
+        else:
+            try:
+                spec = kernels.get(case.kernel)
+            except KeyError as exc:
+                _emit(proto, **base, status=CRASHED, reason=str(exc).strip("'\""))
+                continue
         with clock.phase("load"):
             reason = spec.probe(device)  # the first one initializes CUDA
         if reason:
@@ -227,6 +241,10 @@ def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
                 with clock.phase("load", first_of=case.kernel):
                     loaded[case.kernel] = spec.loader()
                     hashes[case.kernel] = spec.source_hash()  # read its sources once
+                    # Without a GPU's launches, the fingerprint is this source's hash.
+                    sources[case.kernel] = (
+                        str(spec.source()) if isinstance(spec, ModuleKernel) else kernels_dir
+                    )
             except CASE_ERRORS as exc:
                 _emit(
                     proto,
@@ -257,7 +275,7 @@ def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
                             device,
                             spec.accepts_out,
                         ),
-                        kernels_dir,
+                        sources[case.kernel],
                     )
                 _emit(
                     proto,
@@ -277,7 +295,7 @@ def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
                         functools.partial(
                             measure.call_kernel, fn, q, k, v, case.causal, spec.accepts_out
                         ),
-                        kernels_dir,
+                        sources[case.kernel],
                     )
                     problem = measure.unfinished(out, q)
                     del q, k, v, out

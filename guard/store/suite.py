@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,38 @@ from guard.base.stats import Threshold
 
 SUITE_SCHEMA_VERSION = 1
 DTYPES = ("float16", "bfloat16", "float32")
+DEVICES = ("cpu", "cuda")
+# A kernel named by where it lives in the tree under test: ``pkg.module:function``.
+MODULE_KERNEL = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+
+def is_module_kernel(name: str) -> bool:
+    """Whether ``name`` names a function in a module (``pkg.module:function``) rather
+    than an entry of the tree's ``kernels/registry.py``."""
+    return ":" in name
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """What the guard needs to know of a ``module:function`` kernel (a suite's
+    ``kernel_options``): whether it takes ``out=`` (the guard then poisons that buffer),
+    and the devices it runs on."""
+
+    accepts_out: bool = False
+    devices: tuple[str, ...] = DEVICES
+
+    def unavailable_reason(self, device: str) -> str | None:
+        """Why the kernel cannot run on ``device`` (None: it can, as far as the suite says)."""
+        if device not in self.devices:
+            return f"runs on {', '.join(self.devices)} only (the suite's kernel_options)"
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"accepts_out": self.accepts_out, "devices": list(self.devices)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KernelOptions:
+        return cls(bool(data.get("accepts_out", False)), tuple(data.get("devices", DEVICES)))
 
 
 @dataclass(frozen=True)
@@ -175,6 +208,15 @@ class Suite:
     # suite's policy, which a paired check adds where a change reaches them.
     surface: tuple[Case, ...] = ()
     surface_source: str = ""
+    # The ``module:function`` kernels' options (``kernel_options:``); every such kernel
+    # of the suite has an entry, the defaults where the file gives none.
+    kernel_options: dict[str, KernelOptions] = field(default_factory=dict)
+
+    @property
+    def uses_registry(self) -> bool:
+        """Whether a case (or surface case) names a kernel of the tree's
+        ``kernels/registry.py``: only then must the tree have a ``kernels`` package."""
+        return any(not is_module_kernel(c.kernel) for c in (*self.cases, *self.surface))
 
     @property
     def hash(self) -> str:
@@ -190,6 +232,10 @@ class Suite:
             "cases": [c.to_json() for c in self.cases],
             "tolerances": {k: asdict(v) for k, v in sorted(self.tolerances.items())},
         }
+        if self.kernel_options:  # absent from suites of registry kernels: their hash stays
+            payload["kernel_options"] = {
+                k: v.to_json() for k, v in sorted(self.kernel_options.items())
+            }
         text = json.dumps(payload, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -395,6 +441,7 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
             "cpu_timing",
             "cases",
             "surface",
+            "kernel_options",
         },
         source,
         "top level",
@@ -405,11 +452,20 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
     if not isinstance(kernels, list) or not kernels or not all(isinstance(k, str) for k in kernels):
         raise _fail(source, "kernels", "must be a non-empty list of kernel names")
     for i, k in enumerate(kernels):
-        if k not in known_kernels:
+        if is_module_kernel(k):
+            if not MODULE_KERNEL.fullmatch(k):
+                raise _fail(
+                    source,
+                    f"kernels[{i}]",
+                    f"{shown(k)} is not a module:function name (like toy_attention.ops:attention)",
+                )
+        elif k not in known_kernels:
+            known = ", ".join(sorted(known_kernels)) or "none: no kernels/registry.py"
             raise _fail(
                 source,
                 f"kernels[{i}]",
-                f"unknown kernel {shown(k)} (known: {', '.join(sorted(known_kernels))})",
+                f"unknown kernel {shown(k)} (known: {known}; or name a function as "
+                "pkg.module:function)",
             )
     if len(set(kernels)) != len(kernels):
         raise _fail(source, "kernels", "lists a kernel twice")
@@ -463,7 +519,43 @@ def parse_suite(data: Any, source: str, known_kernels: set[str]) -> Suite:
         cpu_timing=cpu_timing,
         source=source,
         raw=data,
+        kernel_options=_kernel_options(data.get("kernel_options"), source, kernels),
     )
+
+
+def _kernel_options(data: Any, source: str, kernels: list[str]) -> dict[str, KernelOptions]:
+    """Each ``module:function`` kernel's options: ``accepts_out`` (default false) and
+    ``devices`` (default every one), from the ``kernel_options`` mapping."""
+    given = _mapping(data, source, "kernel_options")
+    out: dict[str, KernelOptions] = {}
+    for kernel, raw in given.items():
+        where = f"kernel_options.{kernel}"
+        if not isinstance(kernel, str) or not is_module_kernel(kernel) or kernel not in kernels:
+            raise _fail(source, where, "must name a module:function kernel listed under 'kernels'")
+        entry = _mapping(raw, source, where)
+        _no_unknown(entry, {"accepts_out", "devices"}, source, where)
+        accepts_out = entry.get("accepts_out", False)
+        if not isinstance(accepts_out, bool):
+            raise _fail(
+                source, f"{where}.accepts_out", f"must be true or false, got {shown(accepts_out)}"
+            )
+        devices = entry.get("devices", list(DEVICES))
+        if (
+            not isinstance(devices, list)
+            or not devices
+            or not all(isinstance(d, str) and d in DEVICES for d in devices)
+            or len(set(devices)) != len(devices)
+        ):
+            raise _fail(
+                source,
+                f"{where}.devices",
+                f"must be a non-empty list of {', '.join(DEVICES)}, got {shown(devices)}",
+            )
+        out[kernel] = KernelOptions(accepts_out, tuple(devices))
+    for kernel in kernels:
+        if is_module_kernel(kernel):
+            out.setdefault(kernel, KernelOptions())
+    return out
 
 
 def _surface_name(value: Any) -> bool:
@@ -641,18 +733,29 @@ def parse_surface(data: Any, source: str, suite: Suite) -> tuple[Case, ...]:
 
 def load_suite(path: str | Path, known_kernels: set[str] | None = None) -> Suite:
     """Read and validate a suite file, and the surface file it names."""
-    if known_kernels is None:
-        from kernels.registry import REGISTRY
-
-        known_kernels = set(REGISTRY)
     path = Path(path)
-    suite = parse_suite(_read_yaml(path, "suite"), str(path), known_kernels)
+    data = _read_yaml(path, "suite")
+    if known_kernels is None:
+        known_kernels = _registry_names(data)
+    suite = parse_suite(data, str(path), known_kernels)
     surface = suite.raw.get("surface")
     if surface is None:
         return suite
     where = path.parent / str(surface)
     cases = parse_surface(_read_yaml(where, "surface"), str(where), suite)
     return replace(suite, surface=cases, surface_source=str(where))
+
+
+def _registry_names(data: Any) -> set[str]:
+    """The names ``kernels/registry.py`` knows, imported only when the suite names a
+    kernel that is not ``module:function`` (a tree with none of those needs no
+    ``kernels`` package, nor torch in the guard's process)."""
+    named = data.get("kernels") if isinstance(data, dict) else None
+    if isinstance(named, list) and all(isinstance(k, str) and is_module_kernel(k) for k in named):
+        return set()
+    from kernels.registry import REGISTRY
+
+    return set(REGISTRY)
 
 
 def surface_named(text: str) -> str | None:

@@ -1,0 +1,1 @@
+"""A toy attention kernel in plain torch, guarded by attn-guard (see README.md)."""
