@@ -24,7 +24,8 @@ call runs. It covers, in this order of preference:
 All of it is taken by the guard's own code (the judge's, in a PR check), not asked of
 the kernel's registry entry, which the PR controls. Without a GPU (no profiler, no
 launches) the fingerprint falls back to a hash of the whole ``kernels/`` tree (a
-``module:function`` kernel's: its package's folder), so any change there counts as a change (a link by its target's text: it is never followed).
+``module:function`` kernel's: its package's folder), so any change there counts as a
+change (a link by its target's text: it is never followed).
 What it does not cover: host-side code in the Python launcher (argument checks,
 allocation), which changes the host-inclusive time but not the device time the guard
 gates on; the machine (driver, clocks), which is the same for
