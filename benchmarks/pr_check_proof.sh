@@ -4,8 +4,8 @@
 # Phases by name (each bounded by PHASE_LIMIT; benchmarks/README.md lists them):
 #   same      an unchanged tree (identical kernels: decided without timing)
 #   timed     the unchanged tree, gated kernels timed anyway (--time-identical)
-#   gluon-off the entry point's Gluon dispatch of hd-128 non-causal raised to S >= 4096:
-#             only the ungated flash_attention control moves (reported, never failing)
+#   gluon-off the H200 dispatch table naming the Triton kernel at every shape: only the
+#             ungated flash_attention control moves (reported, never failing)
 #   overlap-off a planted regression: FASTER's hd-64 causal Gluon variant back to the plain
 #             one-warpgroup kernel (no intra-warpgroup overlap), below the causal tier of 256
 #             row blocks (gluon_flash's (1, 8, 512, 64): 1.083x on an H200)
@@ -88,7 +88,7 @@ if _pid == 0:
 _os.waitpid(_pid, 0)'
 
 WS_OFF='s/and env.triton_ws$/and False/'
-GLUON_OFF='s/(128, False): (2048 \* 2048,/(128, False): (4096 * 4096,/'
+GLUON_OFF='s/"kernel": "gluon"/"kernel": "triton"/'
 CUDA_OVERLAP_OFF='s/^constexpr bool kIntraWarpgroupOverlap = true;/constexpr bool kIntraWarpgroupOverlap = false;/'
 CUDA_PREFETCH_OFF='s/^#define FLASH_SM90_PREFETCH_NEXT_Q 1$/#define FLASH_SM90_PREFETCH_NEXT_Q 0/'
 OVERLAP_OFF='s/(64, True): (1024 \* 1024, "simple-overlap"/(64, True): (1024 * 1024, "simple"/'
@@ -96,7 +96,7 @@ for p in "$@"; do
   case $p in
     same) check same "$(pr_tree same)" ;;
     timed) check timed "$(pr_tree timed)" --time-identical --kernels triton_flash cuda_flash sdpa ;;
-    gluon-off) check gluon-off "$(pr_tree gluon-off "$GLUON_OFF" flash_plan.py)" --html ;;
+    gluon-off) check gluon-off "$(pr_tree gluon-off "$GLUON_OFF" dispatch/nvidia-h200.json)" --html ;;
     overlap-off) check overlap-off "$(pr_tree overlap-off "$OVERLAP_OFF" flash_plan.py)" ;;
     ws-off) check ws-off "$(pr_tree ws-off "$WS_OFF" flash_plan.py)" ;;
     cuda-overlap-off)

@@ -6,8 +6,10 @@ Registry name ``flash_attention``. Each call goes through ``kernels.flash_plan.c
 - a decode step (at most 16 queries against many keys, not causal), or any call with
   ``cache_seqlens`` or a bottom-right causal mask: the split-KV kernel
   (``kernels/triton_decode.py``);
-- on sm_90, the shapes ``flash_plan.FASTER`` and ``FASTER_FROM`` list as measured faster
-  (head_dim 128 from 960 x 960 query-key pairs): the Gluon kernel
+- on sm_90, where the GPU model's dispatch table (``kernels/dispatch/``, measured on a
+  grid: ``kernels/dispatch_table.py``) names it for the nearest measured shape, or, on a
+  GPU model without a table, where ``flash_plan.FASTER`` and ``FASTER_FROM`` list it as
+  measured faster (head_dim 128 from 960 x 960 query-key pairs): the Gluon kernel
   (``kernels/gluon_flash_fwd.py``, registry name ``gluon_flash``; ``ATTN_GLUON=0``, or a
   triton without Gluon, turns that off);
 - every other call: the Triton kernel (``kernels/triton_flash.py``, registry name

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import torch
 import triton
 
-from kernels import flash_plan
+from kernels import dispatch_table, flash_plan
 from kernels.flash_plan import Choice, Env, Kernel
 
 # Read once, like ``triton.jit`` reads it when it decorates the kernels: they are either
@@ -196,6 +196,16 @@ def sm_count(device: torch.device) -> int:
     return _sm_count_of(device_index(device)) if device.type == "cuda" else flash_plan.SM_COUNT
 
 
+@functools.cache
+def _name_of(index: int) -> str:
+    return str(torch.cuda.get_device_name(index))
+
+
+def gpu_name(device: torch.device) -> str | None:
+    """The GPU model's name ("NVIDIA H200"), which picks its dispatch table; None off a GPU."""
+    return _name_of(device_index(device)) if device.type == "cuda" else None
+
+
 def choose_for(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -219,6 +229,9 @@ def choose_for(
         tma_aligned=all(tma_aligned(t) for t in (q, k, v, out)),
         env=env,
         kernel=kernel,
+        table=None if cap is None else dispatch_table.table_for(gpu_name(q.device), env.table),
+        dtype=str(q.dtype).removeprefix("torch."),
+        group=q.shape[1] // max(1, k.shape[1]),
     )
 
 
@@ -361,6 +374,7 @@ def plan_key(
         q.data_ptr() % 16, k.data_ptr() % 16, v.data_ptr() % 16,
         causal, scale, out_key, _cuda_device(),
         getenv(flash_plan.AUTOTUNE_ENV), getenv(flash_plan.WS_ENV), getenv(flash_plan.GLUON_ENV),
+        getenv(dispatch_table.TABLE_ENV),
     )  # fmt: skip
 
 

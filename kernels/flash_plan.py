@@ -24,8 +24,10 @@ The paths, by the kernel that runs them:
 What each caller asks for (``kernel``):
 
 - ``"auto"`` (the entry point, registry name ``flash_attention``): the Gluon kernel on
-  sm_90 where ``FASTER`` or a tier of ``FASTER_FROM`` says it was measured faster
-  (``ATTN_GLUON=0``: never), else the Triton kernel's path.
+  sm_90 where the GPU model's dispatch table names it for the nearest measured shape
+  (``kernels/dispatch_table.py``), or, without a table, where ``FASTER`` or a tier of
+  ``FASTER_FROM`` says it was measured faster (``ATTN_GLUON=0``: never), else the Triton
+  kernel's path.
 - ``"triton"`` (registry name ``triton_flash``): the Triton kernel everywhere.
 - ``"gluon"`` (registry name ``gluon_flash``): the Gluon kernel at any length, with the
   variant ``faster_variant`` names; ``Unsupported`` where it cannot run.
@@ -39,6 +41,9 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 import triton
+
+from kernels import dispatch_table
+from kernels.dispatch_table import DispatchTable
 
 Kernel = Literal["auto", "triton", "gluon"]
 
@@ -76,6 +81,7 @@ class Env:
     triton_ws: bool = False  # ATTN_TRITON_WS == "1"
     autotune: bool = False  # ATTN_TRITON_AUTOTUNE == "1"
     interpret: bool = False  # TRITON_INTERPRET == "1"
+    table: str | None = None  # ATTN_DISPATCH_TABLE: a table file, "off", or None (packaged)
 
     @classmethod
     def read(
@@ -88,6 +94,7 @@ class Env:
             triton_ws=getenv(WS_ENV) == "1",
             autotune=getenv(AUTOTUNE_ENV) == "1",
             interpret=getenv(INTERPRET_ENV) == "1" if interpret is None else interpret,
+            table=getenv(dispatch_table.TABLE_ENV) or None,
         )
 
 
@@ -366,7 +373,7 @@ FASTER: dict[tuple[int, bool], tuple[int, str, dict[str, int]]] = {
     (64, False): (1024 * 1024, "simple", {}),
     (64, True): (1024 * 1024, "simple-overlap", {"BLOCK_N": 64}),
 }
-ROWS_PER_TILE = 128  # query rows of one CTA tile of the two-warpgroup variants
+ROWS_PER_TILE = dispatch_table.ROWS_PER_TILE  # query rows of a two-warpgroup variant's tile
 
 
 class Tier(NamedTuple):
@@ -614,6 +621,34 @@ def _gluon_unsupported(
     return None
 
 
+def _auto_takes_gluon(
+    head_dim: int,
+    causal: bool,
+    seq_q: int,
+    seq_k: int,
+    batch_heads: int,
+    table: DispatchTable | None,
+    dtype: str,
+    group: int,
+) -> bool:
+    """Whether the entry point runs the Gluon kernel here: the table's measured kernel
+    where it has points for (head_dim, causal), else FASTER's product or a FASTER_FROM
+    tier."""
+    faster = FASTER.get((head_dim, causal))
+    if faster is None:
+        return False
+    if table is not None:
+        measured = table.kernel_for(
+            head_dim=head_dim, causal=causal, dtype=dtype, seq_q=seq_q, seq_k=seq_k,
+            batch_heads=batch_heads, group=group,
+        )  # fmt: skip
+        if measured is not None:
+            return measured == "gluon"
+    return (
+        seq_q * seq_k >= faster[0] or _tier(head_dim, causal, seq_q, seq_k, batch_heads) is not None
+    )
+
+
 def choose(
     *,
     head_dim: int,
@@ -627,6 +662,9 @@ def choose(
     tma_aligned: bool,
     env: Env,
     kernel: Kernel = "auto",
+    table: DispatchTable | None = None,
+    dtype: str = "",
+    group: int = 1,
 ) -> Choice:
     """The path and config of one call (see the module docstring).
 
@@ -634,7 +672,10 @@ def choose(
     out); ``capability``: 90 for sm_90, None off a GPU; ``smem_budget``: shared memory a block
     may use on it; ``tma_aligned``: q, k, v and out have a unit last stride and 16-byte
     aligned rows and bases. ``kernel="gluon"`` raises ``Unsupported`` where the Gluon
-    kernel cannot run; the others always choose. Does not apply the pointer path's
+    kernel cannot run; the others always choose. ``table``: the GPU model's measured
+    choice of kernel for ``"auto"`` (``kernels/dispatch_table.py``; ``dtype`` and
+    ``group``, query heads per KV head, locate the call in it); None: ``FASTER`` and
+    ``FASTER_FROM`` decide. Does not apply the pointer path's
     ``OutOfResources`` fallback (``FALLBACK_CONFIG``), which only a compile can tell.
     """
     if kernel == "gluon":
@@ -652,16 +693,11 @@ def choose(
         return Choice(AUTOTUNE, "CONFIGS")
     if capability is None:
         raise Unsupported("the Triton kernel needs a CUDA GPU (or TRITON_INTERPRET=1)")
-    faster = FASTER.get((head_dim, causal))
     if (
         kernel == "auto"
         and env.gluon
-        and faster is not None
-        and (
-            seq_q * seq_k >= faster[0]
-            or _tier(head_dim, causal, seq_q, seq_k, batch_heads) is not None
-        )
         and _gluon_unsupported(head_dim, seq_q, seq_k, capability, tma_aligned) is None
+        and _auto_takes_gluon(head_dim, causal, seq_q, seq_k, batch_heads, table, dtype, group)
     ):
         return gluon_choice(
             head_dim, causal, *faster_variant(head_dim, causal, seq_q, seq_k, batch_heads)

@@ -32,7 +32,7 @@ EveryPathFn = Callable[[str], frozenset[str]]
 
 _HERE = Path(__file__).resolve().parent
 # What the three FlashAttention names share: the path chooser and configs, the wrappers.
-_FLASH_SHARED = ("flash_plan.py", "flash_launch.py")
+_FLASH_SHARED = ("flash_plan.py", "flash_launch.py", "dispatch_table.py")
 _FLASH_KERNELS = ("triton_flash.py", "triton_decode.py", "gluon_flash_fwd.py")
 
 
@@ -230,6 +230,7 @@ REGISTRY: dict[str, KernelSpec] = {
             source_files=(
                 "flash_attention.py",
                 "triton_flash_fwd.py",
+                "dispatch",  # the measured choice of kernel per GPU model
                 *_FLASH_KERNELS,
                 *_FLASH_SHARED,
             ),

@@ -311,7 +311,12 @@ def test_each_flash_name_loads_its_own_module():
         registry.get("flash_attention").source_files
     )
     for name in ("triton_flash", "gluon_flash", "flash_attention"):
-        assert all((ROOT / "kernels" / f).is_file() for f in registry.get(name).source_files)
+        for f in registry.get(name).source_files:
+            path = ROOT / "kernels" / f
+            assert path.is_file() or any(path.glob("*.json")), path
+    # The measured dispatch tables change what the entry point runs, and only that.
+    assert "dispatch" in registry.get("flash_attention").source_files
+    assert "dispatch" not in registry.get("triton_flash").source_files
 
 
 def test_gluon_flash_unavailable_off_a_gpu():
