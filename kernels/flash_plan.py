@@ -490,7 +490,7 @@ def causal_group(pairs: int, n_m: int, wanted: int, ctas_per_sm: int, sms: int) 
     """(batch, head) pairs per group of a causal per-tile grid (0: the plain order, a
     head's row blocks together) of ``pairs`` pairs of ``n_m`` row blocks on ``sms`` SMs,
     rounded down to a divisor of the pair count so that every group is whole."""
-    # `wanted` 0: measured on an H200 (docs/PERFORMANCE.md,
+    # `wanted` 0: measured on an H200 (docs/notes/gluon-kernel-measurements.md,
     # "Causal one-warpgroup grid in groups" and "Causal per-tile grid in groups"). At
     # most one CTA an SM: the order changes nothing. Up to about two waves: one group, so
     # the first CTAs each SM takes mix heavy and light row blocks (in the plain order an
