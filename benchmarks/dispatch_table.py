@@ -67,31 +67,14 @@ def _measure_shape(shape: Shape, arms: list[str], rounds: int, rep_ms: int) -> l
     import torch
     import triton.testing
 
-    from benchmarks.side_by_side import _errors, _inputs, arm
+    from benchmarks.side_by_side import _inputs, checked_arms
     from kernels.reference import attention_reference
 
     causal = shape[6]
     q, k, v = _inputs(shape)
+    # The reference of the first head only: a float32 score matrix of S x S per head.
     ref = attention_reference(q[:1, :1], k[:1, :1], v[:1, :1], causal=causal, dtype=torch.float32)
-    fns = {}
-    rows: dict[str, dict[str, Any]] = {}
-    for name in arms:
-        row: dict[str, Any] = {"shape": list(shape), "arm": name}
-        rows[name] = row
-        made = arm(name, q, k, v, causal)
-        if isinstance(made, str):
-            row["refused"] = made
-            continue
-        try:
-            rel, worst = _errors(made()[:1, :1], ref)
-        except Exception as exc:  # a kernel that cannot take the shape: say so, go on
-            row["refused"] = f"{type(exc).__name__}: {exc}"
-            continue
-        row["rel_err"], row["max_err"] = rel, worst
-        if rel != rel or rel > 2e-2:  # NaN, or far off: never timed
-            row["refused"] = f"wrong: rel err {rel:.3g}"
-            continue
-        fns[name] = made
+    fns, rows = checked_arms(shape, arms, q, k, v, ref)
     del ref
     order = list(fns)
     times: dict[str, list[float]] = {name: [] for name in order}

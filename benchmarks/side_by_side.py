@@ -194,14 +194,17 @@ def _eager_us(fn: Fn, calls: int = 100) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def measure(shape: Shape, arms: list[str], rounds: int, rep_ms: int) -> list[dict[str, Any]]:
-    import triton.testing
-
-    from kernels.reference import attention_reference
-
+def checked_arms(
+    shape: Shape,
+    arms: list[str],
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ref: torch.Tensor,
+) -> tuple[dict[str, Fn], dict[str, dict[str, Any]]]:
+    """Each arm's call, checked against ``ref`` first (the reference of the first
+    ``ref.shape[:2]`` batch rows and heads), and its row: errors, or why it is refused."""
     causal = shape[6]
-    q, k, v = _inputs(shape)
-    ref = attention_reference(q, k, v, causal=causal, dtype=torch.float32)
     fns: dict[str, Fn] = {}
     rows: dict[str, dict[str, Any]] = {}
     for name in arms:
@@ -212,7 +215,10 @@ def measure(shape: Shape, arms: list[str], rounds: int, rep_ms: int) -> list[dic
             row["refused"] = made
             continue
         try:
-            rel, worst = _errors(made(), ref)
+            out = made()
+            if out.shape != ref.shape and out.shape[1] == q.shape[1]:  # ours: (B, H, S, D)
+                out = out[: ref.shape[0], : ref.shape[1]]
+            rel, worst = _errors(out, ref)
         except Exception as exc:  # a kernel that cannot take the shape: say so, go on
             row["refused"] = f"{type(exc).__name__}: {exc}"
             continue
@@ -221,6 +227,18 @@ def measure(shape: Shape, arms: list[str], rounds: int, rep_ms: int) -> list[dic
             row["refused"] = f"wrong: rel err {rel:.3g}"
             continue
         fns[name] = made
+    return fns, rows
+
+
+def measure(shape: Shape, arms: list[str], rounds: int, rep_ms: int) -> list[dict[str, Any]]:
+    import triton.testing
+
+    from kernels.reference import attention_reference
+
+    causal = shape[6]
+    q, k, v = _inputs(shape)
+    ref = attention_reference(q, k, v, causal=causal, dtype=torch.float32)
+    fns, rows = checked_arms(shape, arms, q, k, v, ref)
     del ref
     times: dict[str, list[float]] = {name: [] for name in fns}
     order = list(fns)
