@@ -290,6 +290,7 @@ def _compare_pytest(args: argparse.Namespace) -> int:
             alpha=args.alpha,
             plan=plan,
             threshold=args.threshold,
+            cases=args.cases or (),
         )
         return _render_comparison(args, comparison)
     if not args.against:
@@ -305,6 +306,7 @@ def _compare_pytest(args: argparse.Namespace) -> int:
             progress=progress,
             plan=plan if args.alpha is None else replace(plan, alpha=args.alpha),
             threshold=args.threshold,
+            cases=args.cases or (),
         )
     finally:
         progress.close()
@@ -326,8 +328,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         # The suite's margin, drift and alpha decide; two files compared outside a
         # checkout (no suite file at the default path) get the default plan's.
         default = args.suite == str(core.DEFAULT_SUITE) and not Path(args.suite).is_file()
-        plan = TimingPlan() if default else _suite(args).timing
-        comparison = core.compare_files(args.files[0], args.files[1], args.alpha, plan)
+        # --cases picks the files' cases (a pytest node id too), not the suite's.
+        plan = TimingPlan() if default else core.open_suite(args.suite).timing
+        comparison = core.compare_files(
+            args.files[0], args.files[1], args.alpha, plan, cases=args.cases or ()
+        )
         return _render_comparison(args, comparison)
 
     suite = _suite(args)
@@ -489,7 +494,13 @@ def _common(
 ) -> None:
     p.add_argument("--suite", default=str(core.DEFAULT_SUITE), help="suite YAML file")
     p.add_argument("--kernels", nargs="+", metavar="NAME", help="only these kernels")
-    p.add_argument("--cases", nargs="+", metavar="NAME", help="only these workloads")
+    p.add_argument(
+        "--cases",
+        nargs="+",
+        metavar="NAME",
+        help="only these workloads (compare's files and pytest-benchmark runs: case names "
+        "or ids, a pytest-benchmark case by its node id, e.g. 'bench/test_x.py::test_y[a]')",
+    )
     p.add_argument(
         "--device",
         choices=["auto", "cuda", "cpu"],

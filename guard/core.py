@@ -1151,17 +1151,41 @@ def _with_reports(comparison: Comparison, base: ResourceReport, head: ResourceRe
     )
 
 
+def select_cases(
+    baseline: RunResult, candidate: RunResult, cases: Sequence[str] = ()
+) -> tuple[RunResult, RunResult]:
+    """Both runs with only the cases ``cases`` name (``results.names_case``: a workload
+    name, a case id, a pytest node id; none: every case). A word that names no case of
+    either run is ``BadInput``, naming it and both runs."""
+    if not cases:
+        return baseline, candidate
+    every = [c.case for run in (baseline, candidate) for c in run.cases]
+    unknown = [w for w in cases if not any(results.names_case(w, case) for case in every)]
+    if unknown:
+        raise BadInput(
+            f"--cases: no case named {', '.join(shown(w) for w in unknown)} in "
+            f"{baseline.label or 'the baseline'} or {candidate.label or 'the candidate'}"
+        )
+
+    def chosen(run: RunResult) -> RunResult:
+        kept = tuple(c for c in run.cases if any(results.names_case(w, c.case) for w in cases))
+        return replace(run, cases=kept)
+
+    return chosen(baseline), chosen(candidate)
+
+
 def compare_files(
     baseline_path_: str | Path,
     candidate_path: str | Path,
     alpha: float | None = None,
     plan: TimingPlan | None = None,
+    cases: Sequence[str] = (),
 ) -> Comparison:
     """Two result files: from anywhere, so compared as a stored baseline (the suite's
-    ``plan.drift`` allowed; ``alpha`` defaults to the plan's)."""
-    return compare_runs(
-        results.load(baseline_path_), results.load(candidate_path), alpha=alpha, plan=plan
-    )
+    ``plan.drift`` allowed; ``alpha`` defaults to the plan's); ``cases``: only those
+    (``select_cases``)."""
+    base, cand = select_cases(results.load(baseline_path_), results.load(candidate_path), cases)
+    return compare_runs(base, cand, alpha=alpha, plan=plan)
 
 
 def compare_pytest_runs(
@@ -1171,14 +1195,16 @@ def compare_pytest_runs(
     alpha: float | None = None,
     plan: TimingPlan | None = None,
     threshold: str | None = None,
+    cases: Sequence[str] = (),
 ) -> Comparison:
     """Saved pytest-benchmark runs, several a side (files or folders; each file one
-    round: ``guard.store.pytest_runs``), compared as a stored baseline is."""
+    round: ``guard.store.pytest_runs``), compared as a stored baseline is; ``cases``:
+    only those (``select_cases``)."""
     from guard.measure.pytest_rounds import parse_args
     from guard.store import pytest_runs
 
     _, chosen = parse_args((), threshold or results.PYTEST_THRESHOLD)
-    base, cand = pytest_runs.load_sides(baseline, candidate, chosen)
+    base, cand = select_cases(*pytest_runs.load_sides(baseline, candidate, chosen), cases)
     return compare_runs(base, cand, alpha=alpha, plan=plan)
 
 
@@ -1192,11 +1218,13 @@ def compare_against_pytest(
     plan: TimingPlan | None = None,
     threshold: str | None = None,
     repo: str | Path = ".",
+    cases: Sequence[str] = (),
 ) -> Comparison:
     """A project's own pytest-benchmark suite (``pytest pytest_args``), run from ``ref``'s
     tree and from this one in fresh processes, interleaved round by round, and decided
     paired (``guard.measure.pytest_rounds``); more rounds while a case is inconclusive.
-    pytest starts in both trees from the folder the guard was started in."""
+    pytest starts in both trees from the folder the guard was started in. ``cases``:
+    only those are decided (``select_cases``); pytest runs what ``pytest_args`` name."""
     from guard.measure import pytest_rounds
 
     args, chosen = pytest_rounds.parse_args(pytest_args, threshold)
@@ -1227,9 +1255,8 @@ def compare_against_pytest(
 
         def decide() -> Comparison:
             res = session.results()
-            return compare_runs(
-                res["baseline"], res["candidate"], alpha=plan.alpha, plan=plan, paired=True
-            )
+            base, cand = select_cases(res["baseline"], res["candidate"], cases)
+            return compare_runs(base, cand, alpha=plan.alpha, plan=plan, paired=True)
 
         session.time(rounds, planned=rounds)
         comparison = decide()

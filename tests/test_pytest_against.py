@@ -189,6 +189,28 @@ def test_a_failing_test_is_wrong_results_not_a_timing(project):
     assert len(rounds) == 1
 
 
+def test_a_benchmark_in_a_folder_is_named_and_picked_by_its_node_id(project):
+    """Its case id is "pytest/" and its node id verbatim, which ``--cases`` takes as it
+    is (pytest takes it back too); a failing test is named so as well."""
+    (project / "bench").mkdir()
+    for name in (SOURCE, "test_checksum_demo.py"):
+        (project / name).rename(project / "bench" / name)
+    _git(project, "add", "-A")
+    _git(project, "commit", "-q", "-m", "into a folder")
+    source = project / "bench" / SOURCE
+    text = source.read_text()
+    old = "        total ^= x\n    return total"
+    assert old in text
+    source.write_text(text.replace(old, "        total ^= x\n    return total ^ 1"))
+    node = "bench/test_checksum_demo.py::test_fold_xor"
+    code, doc, err = _guard(project, "--cases", node, "--pytest", ".", *BENCH_ARGS)
+    assert code == 1, err + json.dumps(doc)[:3000]
+    [case] = doc["cases"]  # test_checksum ran, but was not asked for
+    assert case["id"] == f"pytest/{node}" and case["status"] == "wrong", case
+    saved = json.loads((project.parent / "results.json").read_text())["guard"]["cases"]
+    assert [(c["id"], c["case"]["name"]) for c in saved] == [(f"pytest/{node}", node)]
+
+
 def test_pytest_usage_errors_and_missing_against_exit_two(project, capsys, monkeypatch):
     code, _, err = _guard(project, "--pytest", ".", "--no-such-pytest-option")
     assert code == 2 and "usage error" in err

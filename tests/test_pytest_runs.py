@@ -23,10 +23,11 @@ from guard.cli import main
 from guard.store import pytest_runs
 
 EXAMPLE = ROOT / "examples" / "pytest_benchmark_demo"
-# Node ids from the repository's root (pytest's rootdir: pyproject.toml).
+# Node ids from the repository's root (pytest's rootdir: pyproject.toml); a case's id
+# is "pytest/" and its node id verbatim.
 NODE = "examples/pytest_benchmark_demo/test_checksum_demo.py"
-CHECKSUM = f"pytest/{NODE}::test_checksum".replace("/", "|").replace("|", "/", 1)
-FOLD = f"pytest/{NODE}::test_fold_xor".replace("/", "|").replace("|", "/", 1)
+CHECKSUM = f"pytest/{NODE}::test_checksum"
+FOLD = f"pytest/{NODE}::test_fold_xor"
 
 
 @pytest.fixture(scope="module")

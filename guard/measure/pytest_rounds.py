@@ -274,7 +274,7 @@ class PytestSession:
                 raise InfraError(f"pytest {where}: exit code {code}. Output ends: {_tail(output)}")
             if failed:
                 for nodeid, why in failed.items():
-                    self.wrong[arm.name].setdefault(results.pytest_name(nodeid), why)
+                    self.wrong[arm.name].setdefault(nodeid, why)
             elif not out.is_file() and code == 0:
                 raise BadInput(
                     f"pytest {shown(' '.join(self.args))}: ran no benchmark in {arm.label} "

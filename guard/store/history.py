@@ -35,6 +35,11 @@ A row that does not hold what the schema says (a text median, broken
 file edited or written by something else) is left out of the trend and counted in
 ``Trend.skipped``, with its run and the reason.
 
+A pytest-benchmark case is stored under its id as the run names it: since results
+schema 3 ``pytest/`` and its node id verbatim, before that with the node id's "/" as
+"|". The form changed, not the store's format: a case's rows are read under both ids
+(``_stored_ids``), so one benchmark keeps one series, listed by its verbatim id.
+
 Step detection is ``guard.store.changepoint.detect_steps`` (pure code, no I/O); this
 module only feeds it a case's timed medians and maps its indexes back.
 """
@@ -541,24 +546,53 @@ def _distinct(conn: sqlite3.Connection, column: str, case_id: str | None = None)
     return values
 
 
+def _stored_ids(case_id: str) -> tuple[str, ...]:
+    """The ids a case's rows may be stored under: its own, and for a pytest case the
+    form a guard of results schema 2 appended (``results.pairing_key``: its node id's
+    "/" as "|"), so that one benchmark keeps one series across that change."""
+    folded = results.pairing_key(case_id)
+    return (case_id,) if folded == case_id else (case_id, folded)
+
+
+def _case_ids(conn: sqlite3.Connection) -> list[str]:
+    """Every case id with history, sorted; a pytest case appended in schema 2's form
+    ("|" for "/") under its verbatim node id when a later run stored that, else with
+    its path's "/" restored (``results.unfold_v2_name``; ``_stored_ids`` finds it)."""
+    ids = _distinct(conn, "case_id")
+    verbatim = {k for i in ids if (k := results.pairing_key(i)) != i}
+    out = set()
+    for case_id in ids:
+        if results.is_pytest_id(case_id) and results.pairing_key(case_id) == case_id:
+            if case_id in verbatim:  # read with the rows of its verbatim id
+                continue
+            kernel, _, name = case_id.partition("/")
+            case_id = f"{kernel}/{results.unfold_v2_name(name)}"
+        out.add(case_id)
+    return sorted(out)
+
+
 def _gpus_of(conn: sqlite3.Connection, case_id: str) -> list[str]:
     """GPU slugs holding this case, the most recently measured first."""
+    ids = _stored_ids(case_id)
     if _version(conn) < 3:
+        marks = ", ".join("?" * len(ids))
         rows = conn.execute(
             "SELECT r.gpu_slug FROM case_medians m JOIN runs r ON r.id = m.run_id WHERE"
-            " m.case_id = ? GROUP BY r.gpu_slug ORDER BY MAX(r.created) DESC, MAX(r.id) DESC",
-            (case_id,),
+            f" m.case_id IN ({marks}) GROUP BY r.gpu_slug"
+            " ORDER BY MAX(r.created) DESC, MAX(r.id) DESC",
+            ids,
         ).fetchall()
         return [str(r[0]) for r in rows]
-    latest = []
-    for gpu in _distinct(conn, "gpu_slug", case_id):
-        created, run_id = conn.execute(
-            "SELECT created, run_id FROM case_medians WHERE case_id = ? AND gpu_slug = ?"
-            " ORDER BY created DESC, run_id DESC LIMIT 1",
-            (case_id, gpu),
-        ).fetchone()
-        latest.append((str(created), int(run_id), gpu))
-    return [gpu for *_, gpu in sorted(latest, reverse=True)]
+    latest: dict[str, tuple[str, int]] = {}
+    for stored in ids:
+        for gpu in _distinct(conn, "gpu_slug", stored):
+            created, run_id = conn.execute(
+                "SELECT created, run_id FROM case_medians WHERE case_id = ? AND gpu_slug = ?"
+                " ORDER BY created DESC, run_id DESC LIMIT 1",
+                (stored, gpu),
+            ).fetchone()
+            latest[gpu] = max(latest.get(gpu, ("", -1)), (str(created), int(run_id)))
+    return [gpu for _, gpu in sorted(((v, g) for g, v in latest.items()), reverse=True)]
 
 
 def _trend(
@@ -576,7 +610,10 @@ def _trend(
     sql = _POINT_SQL if _version(conn) >= 3 else _POINT_SQL_V2
     limit = MAX_TREND_POINTS if limit is None else min(limit, MAX_TREND_POINTS)
     # One row more than shown says whether older runs exist (``Trend.truncated``).
-    rows = conn.execute(sql, (case_id, gpu, limit + 1)).fetchall()
+    ids = _stored_ids(case_id)
+    rows = [row for stored in ids for row in conn.execute(sql, (stored, gpu, limit + 1))]
+    if len(ids) > 1:  # each newest first; merged the same way (a bad row sorts as oldest)
+        rows.sort(key=_newest_first, reverse=True)
     truncated = limit is not None and len(rows) > limit
     points: list[HistoryPoint] = []
     skipped: list[str] = []
@@ -600,14 +637,23 @@ def _trend(
     )
 
 
+def _newest_first(row: tuple[Any, ...]) -> tuple[str, int]:
+    """A point row's order (its run's date, then its id) for ``sort(reverse=True)``."""
+    run_id = row[0] if isinstance(row[0], int) and not isinstance(row[0], bool) else -1
+    return (row[1] if isinstance(row[1], str) else "", run_id)
+
+
 def _step_commit(conn: sqlite3.Connection, case_id: str, good: str, bad: str) -> StepCommit | None:
     if _version(conn) < 4 or not good or not bad:
         return None
-    row = conn.execute(
-        "SELECT first_bad, open_range, recorded FROM step_commits"
-        " WHERE case_id = ? AND good = ? AND bad = ?",
-        (case_id, good, bad),
-    ).fetchone()
+    for stored in _stored_ids(case_id):
+        row = conn.execute(
+            "SELECT first_bad, open_range, recorded FROM step_commits"
+            " WHERE case_id = ? AND good = ? AND bad = ?",
+            (stored, good, bad),
+        ).fetchone()
+        if row is not None:
+            break
     if row is None:
         return None
     try:
@@ -656,7 +702,7 @@ def _check_params(alpha: float, min_effect: float | None, limit: int | None) -> 
 def case_ids(db: str | Path = DEFAULT_DB) -> list[str]:
     """Every case id with history, sorted (one index seek per case, not a scan)."""
     with _connect(db, create=False) as conn:
-        return _distinct(conn, "case_id")
+        return _case_ids(conn)
 
 
 def trend(
@@ -720,7 +766,7 @@ def every_trend(
         return ()
     out: list[Trend] = []
     with _connect(db, create=False) as conn:
-        for case_id in _distinct(conn, "case_id"):
+        for case_id in _case_ids(conn):
             for gpu in _gpus_of(conn, case_id):
                 found = _trend(conn, case_id, gpu, limit, alpha, None)
                 if found is not None:

@@ -17,6 +17,12 @@ Format changes (bump ``SCHEMA_VERSION`` and add ``migrate_to_N`` for each):
      each of its rounds, where a run spread its rounds over several GPUs); absent reads
      as one GPU. An older guard ignores them and decides without removing each GPU's
      offset: a wider interval, never a biased one.
+  3 (2026-11): a pytest-benchmark case (kernel "pytest") is named by its node id verbatim
+     (``bench/test_x.py::test_y[a]``: its id ``pytest/`` and the node id); version 2
+     stored the name with "/" and "\\" as "|". ``migrate_to_3`` turns the "|" of the
+     path (before the first "::") back into "/"; a "|" after it may have been a "/" of
+     a parameter id, so files of either form pair by ``pairing_key`` where the exact
+     id finds nothing (``RunResult.case``). Other cases' names still hold no "/".
 
 Readers migrate older files and refuse newer ones; every field is validated on
 load and a failure raises ``BadInput`` naming the file and the field; only a regular
@@ -48,7 +54,7 @@ from guard.base.unwind import sigterm_unwinds
 from guard.store.kernel_resources import KernelResources
 from guard.store.suite import Case
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PYTEST_BENCHMARK_VERSION = "5.2.3"  # the format we write
 PYTEST_BENCHMARK_MAJORS = (3, 4, 5)  # the formats we read: same layout of stats.data
 
@@ -248,10 +254,16 @@ class RunResult:
     label: str = ""  # where it came from (file name, git ref); not stored
 
     def case(self, case_id: str) -> CaseResult | None:
+        """The case of this id; else the one case that pairs with it by ``pairing_key``
+        (a pytest case read from a file of either name form)."""
         for c in self.cases:
             if c.id == case_id:
                 return c
-        return None
+        if not is_pytest_id(case_id):
+            return None
+        key = pairing_key(case_id)
+        found = [c for c in self.cases if pairing_key(c.id) == key]
+        return found[0] if len(found) == 1 else None
 
     @property
     def correctness_failures(self) -> list[CaseResult]:
@@ -530,8 +542,12 @@ def _case_from(reader: _Reader, rec: Any, where: str) -> CaseResult:
     name = reader.get(data, "name", cw, str)
     kernel = reader.get(data, "kernel", cw, str)
     for key, value in (("name", name), ("kernel", kernel)):
-        if not value or "/" in value or "\\" in value:
-            raise reader.fail(f"{cw}.{key}", "must be non-empty, without path separators")
+        if not value:
+            raise reader.fail(f"{cw}.{key}", "must be non-empty")
+        # A pytest case's name is its node id, "/" and all (the id splits at its first
+        # "/"); any other case's name and every kernel's hold no path separator.
+        if ("/" in value or "\\" in value) and (key, kernel) != ("name", PYTEST_KERNEL):
+            raise reader.fail(f"{cw}.{key}", "must hold no path separator")
     shape_data = reader.get(data, "shape", cw, dict)
     dims = {}
     for key in ("batch", "heads", "seq_q", "head_dim", "seq_k", "kv_heads"):
@@ -703,8 +719,27 @@ def migrate_to_2(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def migrate_to_3(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 named a pytest case by its node id with "/" and "\\" as "|": the path's
+    "/" come back (``unfold_v2_name``); the rest pairs by ``pairing_key``."""
+    for case in record.get("cases", []) if isinstance(record.get("cases"), list) else []:
+        data = case.get("case") if isinstance(case, dict) else None
+        if (
+            isinstance(data, dict)
+            and data.get("kernel") == PYTEST_KERNEL
+            and isinstance(data.get("name"), str)
+        ):
+            data["name"] = unfold_v2_name(data["name"])
+            if isinstance(case.get("id"), str):
+                case["id"] = f"{PYTEST_KERNEL}/{data['name']}"
+    return record
+
+
 # Migrations: MIGRATIONS[n] turns a version n-1 "guard" record into version n.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {2: migrate_to_2}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    2: migrate_to_2,
+    3: migrate_to_3,
+}
 
 
 def _migrate(reader: _Reader, record: dict[str, Any]) -> dict[str, Any]:
@@ -829,7 +864,7 @@ PYTEST_LIVE_THRESHOLD = "min:5%"
 class PytestBenchmark:
     """One benchmark of a pytest-benchmark file: what one process measured of it."""
 
-    name: str  # the case's name: ``fullname`` (``name`` in old files), no path separators
+    name: str  # the case's name: ``fullname`` (``name`` in old files), the node id verbatim
     fullname: str
     params: str  # ``params`` as canonical JSON ("null" when there are none)
     samples: tuple[float, ...]  # ``stats.data``: seconds per call
@@ -847,10 +882,43 @@ class PytestBenchmarkFile:
     benchmarks: tuple[PytestBenchmark, ...]
 
 
-def pytest_name(fullname: str) -> str:
-    """The case name of a benchmark (its ``fullname``, a pytest node id, with no path
-    separators: case ids are ``kernel/name``)."""
-    return fullname.replace("/", "|").replace("\\", "|")
+def is_pytest_id(case_id: str) -> bool:
+    """Whether ``case_id`` names a pytest-benchmark case: ``pytest/`` and a node id."""
+    return case_id.startswith(PYTEST_KERNEL + "/")
+
+
+def _folded(name: str) -> str:
+    return name.replace("/", "|").replace("\\", "|")
+
+
+def pairing_key(case_id: str) -> str:
+    """What pairs a case with its counterpart in another file: its id, except that a
+    pytest case's node id has its "/" and "\\" folded to "|", the form schema 2 stored.
+    Lossy (a "|" of a parameter id folds alike), so only where the exact id finds
+    nothing."""
+    if not is_pytest_id(case_id):
+        return case_id
+    return PYTEST_KERNEL + "/" + _folded(case_id[len(PYTEST_KERNEL) + 1 :])
+
+
+def names_case(entry: str, case: Case) -> bool:
+    """Whether ``entry`` (a ``--cases`` word) names ``case``: its name or its id; a
+    pytest case also in schema 2's form, and a case read from a schema 2 file by its
+    verbatim node id (``pairing_key``)."""
+    if entry in (case.name, case.id):
+        return True
+    if case.kernel != PYTEST_KERNEL:
+        return False
+    key = pairing_key(case.id)
+    return key in (pairing_key(entry), pairing_key(f"{PYTEST_KERNEL}/{entry}"))
+
+
+def unfold_v2_name(name: str) -> str:
+    """A pytest case's name as schema 2 stored it, as near the node id as it can be
+    told: the "|" of the path (before the first "::") were "/" (pytest writes node ids
+    with "/" on every system); after it a "|" may have been a "/" or a "|" and stays."""
+    path, sep, rest = name.partition("::")
+    return path.replace("|", "/") + sep + rest if sep else name
 
 
 def pytest_case(name: str, threshold: str = PYTEST_THRESHOLD) -> Case:
@@ -910,7 +978,7 @@ def _read_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> PytestBench
         seen.add(fullname)
         out.append(
             PytestBenchmark(
-                name=pytest_name(fullname),
+                name=fullname,
                 fullname=fullname,
                 params=json.dumps(params, sort_keys=True, default=str),
                 samples=samples,
