@@ -55,7 +55,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from guard import cli_merge, comment, core
@@ -362,7 +362,29 @@ def _profiles(comparison: Comparison, arms: tuple[Arm, Arm]) -> list[CaseProfile
     return out
 
 
-def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str], list[CaseProfile]]:
+@dataclass(frozen=True)
+class Measured:
+    """What ``measure`` found: the comparison, the suite's policy changes, the profiles,
+    this runner's shard (``--shard``; None otherwise) and the seconds spent measuring."""
+
+    comparison: Comparison
+    changes: tuple[str, ...] = ()
+    profiles: tuple[CaseProfile, ...] = ()
+    shard: core.Shard | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class CheckRun:
+    """The check's outcome, the Markdown table of every case ("" when nothing was
+    measured) and the seconds spent measuring (None when nothing was)."""
+
+    outcome: Outcome
+    every_case: str = ""
+    measured_s: float | None = None
+
+
+def measure(args: argparse.Namespace, base: str) -> Measured:
     """The paired comparison, the PR's policy changes, and profiles of regressions.
 
     Judge mode (``--candidate-tree``): this checkout is the base; otherwise the base is
@@ -398,11 +420,11 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str],
         covered = (*confined, *covered)
         if args.kernels:
             suite = suite.select(args.kernels)
+        shard = None
         if args.shard:  # this runner's share, balanced by time in this GPU's baseline
             spec = cli_merge.shard_option(args.shard)
             weights = cli_merge.weights_baseline(args.baselines, args.device)
             shard = core.shard_suite(suite, spec, weights)
-            args.measured_shard = shard  # run() records it in the outcome
             suite, opts = shard.suite, replace(opts, family=shard.family)
         progress = terminal.ProgressPrinter(prefix="[perf-guard]")
         started = time.monotonic()
@@ -420,9 +442,10 @@ def measure(args: argparse.Namespace, base: str) -> tuple[Comparison, list[str],
                 )
         finally:
             progress.close()
-        args.measured_s = time.monotonic() - started  # main() says where the wall time went
+        seconds = time.monotonic() - started  # main() says where the wall time went
         comparison = replace(comparison, notes=(*comparison.notes, *covered))
-        return comparison, changes, _profiles(comparison, (base_arm, cand_arm))
+        profiles = _profiles(comparison, (base_arm, cand_arm))
+        return Measured(comparison, tuple(changes), tuple(profiles), shard, seconds)
     raise AssertionError("unreachable")  # pragma: no cover  (the with block returns)
 
 
@@ -520,11 +543,15 @@ def write_reports(
 
 
 def run(
-    args: argparse.Namespace, out_dir: Path, pr_number: int | None = None
-) -> tuple[Outcome, str]:
+    args: argparse.Namespace,
+    out_dir: Path,
+    pr_number: int | None = None,
+    argv: Sequence[str] = (),
+) -> CheckRun:
     """The whole check; every failure becomes an Outcome, never an exception. With it,
     the Markdown table of every case ("" when nothing was measured), kept in memory for
-    the job summary (a compare.md in ``out_dir`` may be an earlier run's)."""
+    the job summary (a compare.md in ``out_dir`` may be an earlier run's). ``argv``: the
+    command line, which ``--gpus`` passes on to one process per GPU."""
     context = {
         "gpu": os.environ.get("GPU_LABEL", ""),
         "head_sha": os.environ.get("HEAD_SHA", ""),
@@ -545,8 +572,8 @@ def run(
             else []
         )
         if cli_merge.cases_over_gpus(args):  # one process per GPU, each a shard; merged here
-            return _run_on_gpus(args, context)
-        comparison, changes, profiles = measure(args, base)
+            return CheckRun(*_run_on_gpus(args, context, argv))
+        measured = measure(args, base)
     except GuardError as exc:
         verdict = (
             CheckVerdict.INFRASTRUCTURE
@@ -555,28 +582,28 @@ def run(
         )
         headline = verdict.headline(text.one_line(exc))
         failed = Outcome(verdict, headline, **context)  # type: ignore[arg-type]
-        return replace(failed, shard=_failed_shard(args, context)), ""
+        return CheckRun(replace(failed, shard=_failed_shard(args, context)))
     except Exception as exc:  # a bug in the guard: infrastructure, never the PR's verdict
         print_untrusted("".join(traceback.format_exception(exc)).rstrip())
         message = CheckVerdict.INFRASTRUCTURE.headline(
             f"the guard crashed: {type(exc).__name__}: {text.one_line(exc)}"
         )
         outcome = Outcome(CheckVerdict.INFRASTRUCTURE, message, **context)  # type: ignore[arg-type]
-        return replace(outcome, shard=_failed_shard(args, context)), ""
+        return CheckRun(replace(outcome, shard=_failed_shard(args, context)))
     # A local run has no GPU_LABEL: the heading names the GPU the candidate ran on.
+    comparison, profiles = measured.comparison, list(measured.profiles)
     context["gpu"] = context["gpu"] or comparison.candidate.environment.gpu_name
     notes = _stored_context(comparison, args.baselines, args.device)
     outcome = comparison.outcome(
-        policy_changes=tuple(changes),
+        policy_changes=measured.changes,
         baseline_changes=tuple(baseline_changes),
         profiles=tuple(profiles),
         **context,
     )
     outcome = replace(outcome, notes=(*outcome.notes, *notes))
-    shard: core.Shard | None = getattr(args, "measured_shard", None)
-    if shard is not None:  # what guard merge needs to decide the union again
+    if measured.shard is not None:  # what guard merge needs to decide the union again
         info = cli_merge.shard_info(
-            shard,
+            measured.shard,
             comparison,
             base=str(context["judge_commit"]),
             head=str(context["tested_commit"]) or "candidate",
@@ -591,7 +618,7 @@ def run(
     except Exception as exc:  # the verdict stands; say what failed
         print_untrusted("".join(traceback.format_exception(exc)).rstrip())
         text.annotate("warning", "perf-guard report", f"writing a report failed: {exc}")
-    return outcome, every_case
+    return CheckRun(outcome, every_case, measured.seconds)
 
 
 def _failed_shard(args: argparse.Namespace, context: Mapping[str, object]) -> ShardInfo | None:
@@ -607,12 +634,14 @@ def _failed_shard(args: argparse.Namespace, context: Mapping[str, object]) -> Sh
     return ShardInfo(spec.index, spec.count, base, head or "candidate", "", "")
 
 
-def _run_on_gpus(args: argparse.Namespace, context: Mapping[str, object]) -> tuple[Outcome, str]:
+def _run_on_gpus(
+    args: argparse.Namespace, context: Mapping[str, object], argv: Sequence[str]
+) -> tuple[Outcome, str]:
     """``--gpus``: shard i/N of the check on each GPU (its own process, its own
     ``--out-dir``), merged here at the family level (``guard merge``)."""
     gpus = cli_merge.gpu_list(args.gpus, args.device)
     passed = cli_merge.without_options(
-        args.argv, ("--gpus", "--gpu-split", "--gpu-timeout", "--shard", "--out-dir"), ("--html",)
+        list(argv), ("--gpus", "--gpu-split", "--gpu-timeout", "--shard", "--out-dir"), ("--html",)
     )
 
     def argv_for(i: int, n: int, folder: Path) -> list[str]:
@@ -757,7 +786,7 @@ def wall_line(total_s: float, measured_s: float | None) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # --gpus passes them on
+    command_line = list(sys.argv[1:] if argv is None else argv)  # --gpus passes them on
     if args.shard and args.gpus:
         print("[perf-guard] error: --gpus and --shard: give one", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)
@@ -770,7 +799,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         text.annotate("error", "perf-guard", str(exc))
         print(f"[perf-guard] error: {text.one_line(exc)}", file=sys.stderr)
         return int(exc.exit_code)
-    outcome, every_case = run(args, args.out_dir, pr_number)
+    check = run(args, args.out_dir, pr_number, command_line)
+    outcome, every_case = check.outcome, check.every_case
     try:
         publish(outcome, args.out_dir, every_case)
     except OSError as exc:  # checked writable before measuring; a full disk, say
@@ -780,8 +810,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
         return int(code)
     print(f"[perf-guard] {text.one_line(outcome.headline)}", file=sys.stderr)
-    measured = getattr(args, "measured_s", None)
-    print(f"[perf-guard] {wall_line(time.monotonic() - started, measured)}", file=sys.stderr)
+    print(
+        f"[perf-guard] {wall_line(time.monotonic() - started, check.measured_s)}", file=sys.stderr
+    )
     print(
         f"[perf-guard] verdict {outcome.verdict.value}, exit code {int(outcome.exit_code)}",
         file=sys.stderr,

@@ -227,7 +227,7 @@ def _in_actions(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def _measured(monkeypatch: pytest.MonkeyPatch) -> Comparison:
     """ci.measure stubbed: a comparison of two synthetic H100 runs."""
     comparison = compare_runs(*data.pair())
-    monkeypatch.setattr(ci, "measure", lambda args, base: (comparison, [], []))
+    monkeypatch.setattr(ci, "measure", lambda args, base: ci.Measured(comparison))
     return comparison
 
 
@@ -257,7 +257,11 @@ def test_the_summary_has_this_runs_cases_never_a_stale_compare_md(
     _in_actions(monkeypatch, tmp_path)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "compare.md").write_text("STALE: an earlier run's table\n")
-    # The candidate has no kernels/: no verdict, nothing measured, no table of cases.
+    # The candidate has no kernels/ for the judge's suite of registry kernels: no
+    # verdict, nothing measured, no table of cases.
+    (tmp_path / "suites").mkdir()
+    for name in ("default.yaml", "surface.yaml"):
+        (tmp_path / "suites" / name).write_text((ROOT / "suites" / name).read_text())
     assert ci.main(ARGV) == 2
     summary = (tmp_path / "summary.md").read_text()
     assert "BAD INPUT: " in summary and "no kernels/ folder" in summary
