@@ -15,6 +15,7 @@ from its last commit. ``--extra`` appends other real results files too.
 from __future__ import annotations
 
 import argparse
+import gzip
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,13 @@ def committed_runs(rev: str = "HEAD", folder: str = "baselines") -> list[tuple[s
     return sorted(found.values(), key=lambda x: (x[1].created, x[1].environment.gpu_slug))
 
 
+def _load(path: Path) -> RunResult:
+    """A results file, gzip-compressed (``.gz``, as docs/data keeps the large ones) or not."""
+    if path.suffix == ".gz":
+        return results.loads(gzip.decompress(path.read_bytes()).decode(), str(path))
+    return results.load(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--db", type=Path, required=True, help="history DB (created if missing)")
@@ -49,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra", type=Path, action="append", default=[], help="results file")
     args = ap.parse_args(argv)
     runs = committed_runs(args.rev)
-    runs += [("(file)", results.load(p)) for p in args.extra]
+    runs += [("(file)", _load(p)) for p in args.extra]
     for sha, run in runs:
         run_id = history.append(run, args.db)
         timed = sum(1 for c in run.cases if c.rounds)

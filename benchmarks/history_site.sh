@@ -5,7 +5,7 @@
 #                                        tree here, as $OUT/history-run-<HHMM>-<i>.json
 #   benchmarks/history_site.sh site      CPU: a history from every committed baseline
 #                                        (each a refresh of main on an H100 or H200), the
-#                                        real runs under docs/data/*/ (guard-run-*.json,
+#                                        real runs under docs/data/*/ (guard-run-*.json.gz,
 #                                        history-run-*.json) and $OUT's, then `guard
 #                                        publish` and a headless-Chromium screenshot
 #
@@ -43,7 +43,7 @@ measure() {
 site() {
   local extra=() f page
   shopt -s nullglob
-  for f in docs/data/*/guard-run-*.json docs/data/*/history-run-*.json "$OUT"/history-run-*.json; do
+  for f in docs/data/*/guard-run-*.json.gz docs/data/*/history-run-*.json "$OUT"/history-run-*.json; do
     extra+=(--extra "$f")
   done
   rm -f "$OUT/history.sqlite"
