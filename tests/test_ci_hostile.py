@@ -251,6 +251,28 @@ def test_without_gpu_label_the_outcome_names_the_gpu_the_run_recorded(
     assert json.loads(meta.read_text())["gpu"] == "h100"
 
 
+def test_the_wall_line_says_how_long_the_measuring_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _in_actions(monkeypatch, tmp_path)
+    comparison = compare_runs(*data.pair())
+    measured = ci.Measured(comparison, seconds=12.0)
+    monkeypatch.setattr(ci, "measure", lambda args, base: measured)
+    ci.main(ARGV)
+    assert ": measuring 12 s, the rest " in capsys.readouterr().err
+
+    # Nothing measured (bad input before measuring): the wall time alone.
+    def fail(args: object, base: str) -> None:
+        from guard.base.errors import BadInput
+
+        raise BadInput("x")
+
+    monkeypatch.setattr(ci, "measure", fail)
+    ci.main(ARGV)
+    wall = [x for x in capsys.readouterr().err.splitlines() if "] wall " in x]
+    assert wall and "measuring" not in wall[0], wall
+
+
 def test_the_summary_has_this_runs_cases_never_a_stale_compare_md(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
