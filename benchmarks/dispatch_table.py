@@ -67,11 +67,11 @@ def _measure_shape(shape: Shape, arms: list[str], rounds: int, rep_ms: int) -> l
     import torch
     import triton.testing
 
-    from benchmarks.side_by_side import _inputs, checked_arms
+    from benchmarks.side_by_side import checked_arms, random_inputs
     from kernels.reference import attention_reference
 
     causal = shape[6]
-    q, k, v = _inputs(shape)
+    q, k, v = random_inputs(shape)
     # The reference of the first head only: a float32 score matrix of S x S per head.
     ref = attention_reference(q[:1, :1], k[:1, :1], v[:1, :1], causal=causal, dtype=torch.float32)
     fns, rows = checked_arms(shape, arms, q, k, v, ref)

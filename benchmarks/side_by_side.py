@@ -166,7 +166,8 @@ def arm(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
     return lambda: fn(q, k, v, causal=causal)
 
 
-def _inputs(shape: Shape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def random_inputs(shape: Shape) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v of ``shape`` on the GPU, drawn fresh (randn)."""
     batch, heads_q, heads_kv, seq_q, seq_k, head_dim, _, dtype = shape
     kind = getattr(torch, dtype)
     q = torch.randn(batch, heads_q, seq_q, head_dim, device="cuda", dtype=kind)
@@ -236,7 +237,7 @@ def measure(shape: Shape, arms: list[str], rounds: int, rep_ms: int) -> list[dic
     from kernels.reference import attention_reference
 
     causal = shape[6]
-    q, k, v = _inputs(shape)
+    q, k, v = random_inputs(shape)
     ref = attention_reference(q, k, v, causal=causal, dtype=torch.float32)
     fns, rows = checked_arms(shape, arms, q, k, v, ref)
     del ref
