@@ -82,8 +82,8 @@ overlap, scheduler barrier); the Gluon tutorials of the Triton authors (TMA, wgm
 warp specialization) for the 3.6 API.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: the aggregates' field annotations are read
+# at runtime (types, not strings).
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -101,6 +101,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+from triton.language.core import _aggregate as aggregate  # Gluon 3.6's aggregate (unexported)
 
 from kernels import flash_launch, flash_plan
 from kernels.flash_launch import PlanBase, Scalars
@@ -115,6 +116,154 @@ ROWS = gl.constexpr(_ROWS)
 # How far (log2 units) a row's max may rise before O and l are rescaled to it: P stays
 # at most 2^8 = 256, well inside fp16/bf16 (FlashAttention-4's lazy rescale).
 RESCALE_SLACK = gl.constexpr(8.0)
+
+
+# ----------------------------------------------------------------------------------------
+# State the kernels' pieces share, bundled (Gluon aggregates: passed to a partition of
+# gl.warp_specialize as one argument, flattened into its captures, which keep only the
+# values the partition uses). An aggregate cannot be a launch argument in triton 3.6:
+# the launched kernels take their tensors and scalars one by one and bundle them here.
+# ----------------------------------------------------------------------------------------
+
+
+@gluon.constexpr_function
+def _field(value: Any) -> Any:
+    # An aggregate's constructor runs on plain values (constexprs unwrapped): a launch
+    # scalar is a tensor, or a constexpr where triton specialized it (the integer 1, a
+    # None pointer); constexpr again.
+    return value if isinstance(value, gl.tensor) else gl.constexpr(value)
+
+
+@aggregate
+class Softmax:
+    """The online softmax's inputs: the scale (log2(e) folded in), the key count, the
+    causal mask, the lazy rescale (``LAZY``)."""
+
+    qk_scale: gl.tensor | gl.constexpr
+    seq_k: gl.tensor | gl.constexpr
+    CAUSAL: gl.constexpr
+    LAZY: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, qk_scale, seq_k, CAUSAL, LAZY):  # type: ignore[no-untyped-def]
+        self.qk_scale = _field(qk_scale)
+        self.seq_k = _field(seq_k)
+        self.CAUSAL = gl.constexpr(CAUSAL)
+        self.LAZY = gl.constexpr(LAZY)
+
+
+@aggregate
+class Inputs:
+    """The TMA descriptors the producer loads from: Q, K, V."""
+
+    q_desc: tma.tensor_descriptor
+    k_desc: tma.tensor_descriptor
+    v_desc: tma.tensor_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, q_desc, k_desc, v_desc):  # type: ignore[no-untyped-def]
+        self.q_desc = q_desc
+        self.k_desc = k_desc
+        self.v_desc = v_desc
+
+
+@aggregate
+class KVRing:
+    """The warp-specialized kernels' K/V ring (``_kv_buffers``, ``_ring_barriers``):
+    STAGES key and value tiles in shared memory, per slot a ready barrier (the
+    producer's TMA landed) and an empty one (both consumer warpgroups released it)."""
+
+    k_smem: gl.shared_memory_descriptor
+    v_smem: gl.shared_memory_descriptor
+    k_ready: gl.shared_memory_descriptor
+    v_ready: gl.shared_memory_descriptor
+    k_empty: gl.shared_memory_descriptor
+    v_empty: gl.shared_memory_descriptor
+    STAGES: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, STAGES):  # type: ignore[no-untyped-def]
+        self.k_smem = k_smem
+        self.v_smem = v_smem
+        self.k_ready = k_ready
+        self.v_ready = v_ready
+        self.k_empty = k_empty
+        self.v_empty = v_empty
+        self.STAGES = gl.constexpr(STAGES)
+
+
+@aggregate
+class QBuffers:
+    """The persistent kernel's Q: ``Q_BUFFERS`` pairs of buffers (one per consumer
+    warpgroup), each pair with a ready barrier (its TMA landed) and an empty one (both
+    consumers' last Q·K^T of the tile retired)."""
+
+    q_smem: gl.shared_memory_descriptor
+    ready: gl.shared_memory_descriptor
+    empty: gl.shared_memory_descriptor
+    Q_BUFFERS: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, q_smem, ready, empty, Q_BUFFERS):  # type: ignore[no-untyped-def]
+        self.q_smem = q_smem
+        self.ready = ready
+        self.empty = empty
+        self.Q_BUFFERS = gl.constexpr(Q_BUFFERS)
+
+
+@aggregate
+class Deal:
+    """How the persistent kernel deals its output tiles to the CTAs: n_m row blocks x
+    heads x batch, causal in groups of ``group`` (batch, head) pairs, ``PAIRED``
+    (causal: units of a heavy and a light row block), ``SPLIT`` (the last rounds' key
+    tiles in one equal run per CTA)."""
+
+    n_m: gl.tensor | gl.constexpr
+    heads: gl.tensor | gl.constexpr
+    batch: gl.tensor | gl.constexpr
+    group: gl.tensor | gl.constexpr
+    CAUSAL: gl.constexpr
+    SPLIT: gl.constexpr
+    PAIRED: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, n_m, heads, batch, group, CAUSAL, SPLIT, PAIRED):  # type: ignore[no-untyped-def]
+        self.n_m = _field(n_m)
+        self.heads = _field(heads)
+        self.batch = _field(batch)
+        self.group = _field(group)
+        self.CAUSAL = gl.constexpr(CAUSAL)
+        self.SPLIT = gl.constexpr(SPLIT)
+        self.PAIRED = gl.constexpr(PAIRED)
+
+
+@aggregate
+class RefilledRing:
+    """The plain kernel's K/V ring, which its one warpgroup refills itself: STAGES key
+    and value tiles, one ready barrier per slot, and what a refill loads (the row
+    block's n_tiles key tiles of kv head hk of batch b)."""
+
+    k_desc: tma.tensor_descriptor
+    v_desc: tma.tensor_descriptor
+    k_smem: gl.shared_memory_descriptor
+    v_smem: gl.shared_memory_descriptor
+    ready: gl.shared_memory_descriptor
+    b: gl.tensor
+    hk: gl.tensor
+    n_tiles: gl.tensor
+    STAGES: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, k_desc, v_desc, k_smem, v_smem, ready, b, hk, n_tiles, STAGES):  # type: ignore[no-untyped-def]
+        self.k_desc = k_desc
+        self.v_desc = v_desc
+        self.k_smem = k_smem
+        self.v_smem = v_smem
+        self.ready = ready
+        self.b = b
+        self.hk = hk
+        self.n_tiles = n_tiles
+        self.STAGES = gl.constexpr(STAGES)
 
 
 # ----------------------------------------------------------------------------------------
@@ -257,12 +406,14 @@ def _n_full(row0, seq_k, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):  # type: 
 
 
 @gluon.jit
-def _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, hk, n_tiles, it0, STAGES: gl.constexpr,  # type: ignore[no-untyped-def]
-             kb0=0):  # fmt: skip
+def _load_kv(inputs, ring, b, hk, n_tiles, it0, kb0=0):  # type: ignore[no-untyped-def]
     # The producer's ring: K and V tiles kb0..kb0+n_tiles-1 of one head into ring
     # positions it0, it0+1, ... (it0 > 0 where a persistent CTA's ring runs on across
     # tiles; kb0 > 0 for the second part of a row block split between two CTAs).
-    _, k_ready, v_ready, k_empty, v_empty, _ = bars
+    k_desc, v_desc = inputs.k_desc, inputs.v_desc
+    k_smem, v_smem, k_ready, v_ready = ring.k_smem, ring.v_smem, ring.k_ready, ring.v_ready
+    k_empty, v_empty = ring.k_empty, ring.v_empty
+    STAGES: gl.constexpr = ring.STAGES
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     for j in range(n_tiles):
         s = (it0 + j) % STAGES
@@ -292,10 +443,9 @@ def _load_q(q_desc, q_smem, q_bar, b, h, m0, first=0):  # type: ignore[no-untype
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0, n_tiles,  # type: ignore[no-untyped-def]
-              STAGES: gl.constexpr):  # fmt: skip
-    _load_q(q_desc, q_smem, bars[0], b, h, m0)
-    _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, hk, n_tiles, 0, STAGES)
+def _producer(inputs, q_smem, q_bar, ring, b, h, hk, m0, n_tiles):  # type: ignore[no-untyped-def]
+    _load_q(inputs.q_desc, q_smem, q_bar, b, h, m0)
+    _load_kv(inputs, ring, b, hk, n_tiles, 0)
 
 
 @gluon.jit
@@ -379,20 +529,25 @@ def _last_pv(acc, p16, v_smem, bars, it_last, STAGES: gl.constexpr):  # type: ig
 
 
 @gluon.jit
-def _consumer(q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0, n_tiles,  # type: ignore[no-untyped-def]
-              WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-              PINGPONG: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+def _consumer(q_smem, q_bar, ring, sched, o_desc, sm, b, h, m0, n_tiles,  # type: ignore[no-untyped-def]
+              WG: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+    # Consumer warpgroup WG of the per-tile kernel: rows m0 + WG * ROWS.., its own Q
+    # buffer (q_smem's entry WG), the softmax's inputs sm.
     HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
+    k_smem, v_smem = ring.k_smem, ring.v_smem
+    STAGES: gl.constexpr = ring.STAGES
     BLOCK_N: gl.constexpr = k_smem.shape[3]
+    bars = (q_bar, ring.k_ready, ring.v_ready, ring.k_empty, ring.v_empty, sched)
     row0 = m0 + WG * ROWS
-    n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
-    mbarrier.wait(bars[0], 0)
+    n_full = _n_full(row0, sm.seq_k, BLOCK_N, sm.CAUSAL)
+    mbarrier.wait(q_bar, 0)
     q = q_smem.index(WG).reshape([ROWS, HEAD_DIM])
-    acc, p16, _, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles,
-                                      n_full, 0, 0, WG, CAUSAL, STAGES, PINGPONG, LAZY)  # fmt: skip
+    acc, p16, _, l_i = _consumer_loop(q, k_smem, v_smem, bars, sm.qk_scale, sm.seq_k, row0,
+                                      n_tiles, n_full, 0, 0, WG, sm.CAUSAL, STAGES, PINGPONG,
+                                      sm.LAZY)  # fmt: skip
     acc = _last_pv(acc, p16, v_smem, bars, n_tiles - 1, STAGES)
     # This warpgroup's Q buffer is free (its last Q·K^T retired): stage O there.
     _store_out(acc, l_i, q_smem.index(WG), o_desc, b, h, row0, o_layout)
@@ -477,16 +632,17 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, head
     mbarrier.init(q_bar, count=1)
     k_ready, v_ready, k_empty, v_empty = _ring_barriers(STAGES)
     sched = _sched_barriers()
-    bars = (q_bar, k_ready, v_ready, k_empty, v_empty, sched)
+    ring = KVRing(k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, STAGES)
+    sm = Softmax(qk_scale, seq_k, CAUSAL, LAZY)
+    inputs = Inputs(q_desc, k_desc, v_desc)
 
     gl.warp_specialize(
         [
-            (_consumer, (q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0,
-                         n_tiles, 0, CAUSAL, STAGES, PINGPONG, LAZY)),
-            (_consumer, (q_smem, k_smem, v_smem, bars, o_desc, qk_scale, seq_k, b, h, m0,
-                         n_tiles, 1, CAUSAL, STAGES, PINGPONG, LAZY)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, b, h, hk, m0,
-                         n_tiles, STAGES)),
+            (_consumer, (q_smem, q_bar, ring, sched, o_desc, sm, b, h, m0, n_tiles, 0,
+                         PINGPONG)),
+            (_consumer, (q_smem, q_bar, ring, sched, o_desc, sm, b, h, m0, n_tiles, 1,
+                         PINGPONG)),
+            (_producer, (inputs, q_smem, q_bar, ring, b, h, hk, m0, n_tiles)),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],
@@ -494,14 +650,15 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, head
 
 
 @gluon.jit
-def _tile_of(t, n_m, heads, batch, group, CAUSAL: gl.constexpr):  # type: ignore[no-untyped-def]
+def _tile_of(deal, t):  # type: ignore[no-untyped-def]
     # Persistent tile t -> (row block, head, batch). Non-causal: row blocks vary
     # fastest, so the CTAs working at one time share a head's K/V in L2, as the
     # per-tile grid does. Causal: (batch, head) pairs in groups of ``group`` whose K
     # and V fit in half the L2, and within a group the heaviest row blocks (the last)
     # first, so each group's dealing ends on light tiles. (The CUDA C++ kernel also puts
     # the smaller, leftover group first; here it comes last.)
-    if CAUSAL:
+    n_m, heads, batch, group = deal.n_m, deal.heads, deal.batch, deal.group
+    if deal.CAUSAL:
         per_group = group * n_m
         first = (t // per_group) * group
         size = gl.minimum(group, heads * batch - first)
@@ -513,7 +670,7 @@ def _tile_of(t, n_m, heads, batch, group, CAUSAL: gl.constexpr):  # type: ignore
 
 
 @gluon.jit
-def _runs(n_m, heads, batch, n_kb):  # type: ignore[no-untyped-def]
+def _runs(deal, n_kb):  # type: ignore[no-untyped-def]
     # SPLIT: each CTA first takes n_dp whole row blocks dealt round-robin by block index
     # (row blocks vary fastest, so the CTAs working at one time share a head's K/V in
     # L2), then a run [u0, u1) of the remaining row blocks' key tiles: the last round's
@@ -524,7 +681,7 @@ def _runs(n_m, heads, batch, n_kb):  # type: ignore[no-untyped-def]
     # reuse: 1.59x slower at (4,32,32,4096,128).) The host asks for this only where the
     # rounds are uneven; with at least one round's row blocks in the runs, each run
     # spans a row block or more, so a row block is cut at most once. CTA r has run r.
-    n_t = n_m * heads * batch
+    n_t = deal.n_m * deal.heads * deal.batch
     ctas = gl.num_programs(0)
     run = gl.program_id(0)
     n_dp = n_t // ctas - 1
@@ -544,10 +701,11 @@ def _share(n):  # type: ignore[no-untyped-def]
 
 
 @gluon.jit
-def _dealt(n_m, heads, batch, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):  # type: ignore[no-untyped-def]
+def _dealt(deal):  # type: ignore[no-untyped-def]
     # Without SPLIT: this CTA's count of whole row blocks, dealt round-robin, or causal
     # and PAIRED in units (_paired_units): two row blocks a unit of two, one a unit of one.
-    if CAUSAL and PAIRED:
+    n_m, heads, batch = deal.n_m, deal.heads, deal.batch
+    if deal.CAUSAL and deal.PAIRED:
         doubles, units = _paired_units(n_m, heads, batch)
         count = _share(doubles) + _share(units)
     else:
@@ -569,11 +727,12 @@ def _paired_units(n_m, heads, batch):  # type: ignore[no-untyped-def]
 
 
 @gluon.jit
-def _block_of(i, n_m, heads, batch, group, CAUSAL: gl.constexpr, PAIRED: gl.constexpr):  # type: ignore[no-untyped-def]
+def _block_of(deal, i):  # type: ignore[no-untyped-def]
     # This CTA's i-th whole row block (of _dealt's count) -> (row block, head, batch).
+    n_m, heads, batch = deal.n_m, deal.heads, deal.batch
     ctas = gl.num_programs(0)
     p = gl.program_id(0)
-    if CAUSAL and PAIRED:
+    if deal.CAUSAL and deal.PAIRED:
         half = n_m // 2
         doubles, _ = _paired_units(n_m, heads, batch)
         pairs_here = _share(doubles)  # this CTA's units of two
@@ -587,7 +746,7 @@ def _block_of(i, n_m, heads, batch, group, CAUSAL: gl.constexpr, PAIRED: gl.cons
             bh = p + (i - pairs_here) * ctas - doubles
         return pid_m, bh % heads, bh // heads
     else:
-        return _tile_of(p + i * ctas, n_m, heads, batch, group, CAUSAL)
+        return _tile_of(deal, p + i * ctas)
 
 
 @gluon.jit
@@ -649,47 +808,42 @@ def _store_own(acc, l_i, o_smem, o_desc, b, h, row0):  # type: ignore[no-untyped
 
 
 @gluon.jit
-def _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty, i, b, h,  # type: ignore[no-untyped-def]
-                   m0, kb0, n_tiles, it, kv_group, STAGES: gl.constexpr,
-                   Q_BUFFERS: gl.constexpr):  # fmt: skip
+def _produce_block(inputs, qs, ring, i, b, h, m0, kb0, n_tiles, it, kv_group):  # type: ignore[no-untyped-def]
     # Both consumers released this Q buffer (after their last Q·K^T of the tile that
     # held it, before its last P·V and store): load this tile's Q. With two buffers
     # that was the tile before the previous one, so the producer goes on to this
     # tile's loads without waiting for the previous tile's last Q·K^T. The ring runs on
     # across tiles: this tile's key tiles kb0.. from ring position it.
+    Q_BUFFERS: gl.constexpr = qs.Q_BUFFERS
     qb = i % Q_BUFFERS
-    mbarrier.wait(q_empty.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)
-    _load_q(q_desc, q_smem, bars[0].index(qb), b, h, m0, 2 * qb)
-    _load_kv(k_desc, v_desc, k_smem, v_smem, bars, b, h // kv_group, n_tiles, it, STAGES, kb0)
+    mbarrier.wait(qs.empty.index(qb), ((i // Q_BUFFERS) & 1) ^ 1)
+    _load_q(inputs.q_desc, qs.q_smem, qs.ready.index(qb), b, h, m0, 2 * qb)
+    _load_kv(inputs, ring, b, h // kv_group, n_tiles, it, kb0)
     return it + n_tiles
 
 
 @gluon.jit
-def _producer_persistent(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,  # type: ignore[no-untyped-def]
-                         seq_k, kv_group, n_m, heads, batch, group, CAUSAL: gl.constexpr,
-                         STAGES: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                         SPLIT: gl.constexpr, PAIRED: gl.constexpr):  # fmt: skip
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+def _producer_persistent(inputs, qs, ring, seq_k, kv_group, deal):  # type: ignore[no-untyped-def]
+    BLOCK_N: gl.constexpr = inputs.k_desc.block_type.shape[2]
     n_kb = gl.cdiv(seq_k, BLOCK_N)
-    if SPLIT:
-        n_dp, first, n_run, u0, u1 = _runs(n_m, heads, batch, n_kb)
+    if deal.SPLIT:
+        n_dp, first, n_run, u0, u1 = _runs(deal, n_kb)
     else:
-        n_dp = _dealt(n_m, heads, batch, CAUSAL, PAIRED)
+        n_dp = _dealt(deal)
     it = 0
     for i in range(n_dp):
-        pid_m, h, b = _block_of(i, n_m, heads, batch, group, CAUSAL, PAIRED)
+        pid_m, h, b = _block_of(deal, i)
         m0 = pid_m * 2 * ROWS
-        it = _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty, i,
-                            b, h, m0, 0, _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, CAUSAL), it,
-                            kv_group, STAGES, Q_BUFFERS)  # fmt: skip
-    if SPLIT:
+        it = _produce_block(inputs, qs, ring, i, b, h, m0, 0,
+                            _kv_range(m0, seq_k, 2 * ROWS, BLOCK_N, deal.CAUSAL), it,
+                            kv_group)  # fmt: skip
+    if deal.SPLIT:
         for j in range(n_run):
             r = n_run - 1 - j  # the consumers' order: the run's last piece first
             kb0, kb1 = _key_part(first + r, u0, u1, n_kb)
-            pid_m, h, b = _tile_of(first + r, n_m, heads, batch, group, CAUSAL)
-            it = _produce_block(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, q_empty,
-                                n_dp + j, b, h, pid_m * 2 * ROWS, kb0, kb1 - kb0, it,
-                                kv_group, STAGES, Q_BUFFERS)  # fmt: skip
+            pid_m, h, b = _tile_of(deal, first + r)
+            it = _produce_block(inputs, qs, ring, n_dp + j, b, h, pid_m * 2 * ROWS, kb0,
+                                kb1 - kb0, it, kv_group)  # fmt: skip
 
 
 @gluon.jit
@@ -735,8 +889,8 @@ def _raise_parked(flag_ptr, pending):  # type: ignore[no-untyped-def]
 
 
 @gluon.jit
-def _finish_piece(acc, m_i, l_i, workspace, pending, kb0, kb1, n_kb, o_smem, o_desc, b, h,  # type: ignore[no-untyped-def]
-                  row0, WG: gl.constexpr):  # fmt: skip
+def _finish_piece(part, workspace, pending, kb0, kb1, n_kb, o_smem, o_desc, b, h, row0,  # type: ignore[no-untyped-def]
+                  WG: gl.constexpr):  # fmt: skip
     # A piece of a run. Its first (the row block's key tiles from 0, cut with the next
     # run) is parked; its last (the row block's remaining key tiles, cut with the run
     # before) merges the part that run parked, then stores O. A run parks at its start
@@ -744,7 +898,8 @@ def _finish_piece(acc, m_i, l_i, workspace, pending, kb0, kb1, n_kb, o_smem, o_d
     # waits only on a lower CTA, which started no later (no deadlock). pending: the flag
     # of the part parked after the previous piece, raised now that its stores are long
     # done (a release right after the stores would wait for them). Returns the flag to
-    # raise after the next piece (-1: none).
+    # raise after the next piece (-1: none). part: the piece's O (unnormalized), m and l.
+    acc, m_i, l_i = part
     part_ptr, stat_ptr, flag_ptr = workspace
     _raise_parked(flag_ptr, pending)
     if kb1 < n_kb:
@@ -790,18 +945,19 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
     BLOCK_N: gl.constexpr = k_smem.shape[3]
     n_kb = gl.cdiv(seq_k, BLOCK_N)
     workspace = (part_ptr, stat_ptr, flag_ptr)
+    deal = Deal(n_m, heads, batch, group, CAUSAL, SPLIT, PAIRED)
     o_buf = o_smem.index(WG)
     if SPLIT:
-        n_dp, first, n_run, u0, u1 = _runs(n_m, heads, batch, n_kb)
+        n_dp, first, n_run, u0, u1 = _runs(deal, n_kb)
     else:
-        n_dp = _dealt(n_m, heads, batch, CAUSAL, PAIRED)
+        n_dp = _dealt(deal)
     it = 0
     # Whole row blocks in one loop, the run's pieces in another: the first compiles as
     # it does without SPLIT (constant key offset), which measured faster than one loop
     # over both.
     for i in range(n_dp):
         it = _consume_block(q_smem, k_smem, v_smem, o_buf, bars, q_empty, o_desc, qk_scale,
-                            seq_k, i, _block_of(i, n_m, heads, batch, group, CAUSAL, PAIRED),
+                            seq_k, i, _block_of(deal, i),
                             it, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY)  # fmt: skip
     if SPLIT:
         # The run's pieces last first: the part this run parks is parked early.
@@ -811,10 +967,10 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
             kb0, kb1 = _key_part(first + r, u0, u1, n_kb)
             acc, m_i, l_i, b, h, row0, n_tiles = _consume_piece(
                 q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_k, n_dp + j,
-                _tile_of(first + r, n_m, heads, batch, group, CAUSAL), kb0, kb1, it, WG,
+                _tile_of(deal, first + r), kb0, kb1, it, WG,
                 CAUSAL, STAGES, PINGPONG, Q_BUFFERS, False, LAZY)  # fmt: skip
             it += n_tiles
-            pending = _finish_piece(acc, m_i, l_i, workspace, pending, kb0, kb1, n_kb, o_buf,
+            pending = _finish_piece((acc, m_i, l_i), workspace, pending, kb0, kb1, n_kb, o_buf,
                                     o_desc, b, h, row0, WG)  # fmt: skip
         _raise_parked(flag_ptr, pending)
     tma.store_wait(0)
@@ -843,6 +999,9 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
     k_ready, v_ready, k_empty, v_empty = _ring_barriers(STAGES)
     sched = _sched_barriers()
     bars = (q_bar, k_ready, v_ready, k_empty, v_empty, sched)
+    ring = KVRing(k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, STAGES)
+    qs = QBuffers(q_smem, q_bar, q_empty, Q_BUFFERS)
+    deal = Deal(n_m, heads, batch, group, CAUSAL, SPLIT, PAIRED)
 
     gl.warp_specialize(
         [
@@ -854,9 +1013,8 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
                                     qk_scale, seq_k, n_m, heads, batch, group, part_ptr,
                                     stat_ptr, flag_ptr, 1, CAUSAL, STAGES, PINGPONG,
                                     Q_BUFFERS, SPLIT, PAIRED, LAZY)),
-            (_producer_persistent, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
-                                    q_empty, seq_k, kv_group, n_m, heads, batch, group,
-                                    CAUSAL, STAGES, Q_BUFFERS, SPLIT, PAIRED)),
+            (_producer_persistent, (Inputs(q_desc, k_desc, v_desc), qs, ring, seq_k,
+                                    kv_group, deal)),
         ],
         [4, 1],
         [CONSUMER_REGS, PRODUCER_REGS],
@@ -869,8 +1027,10 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
 
 
 @gluon.jit
-def _refill(k_desc, v_desc, k_smem, v_smem, ready, b, hk, tile, n_tiles, s):  # type: ignore[no-untyped-def]
+def _refill(ring, tile, s):  # type: ignore[no-untyped-def]
     # Load key tile ``tile`` (if it exists) into ring slot ``s``, whose reads retired.
+    k_desc, v_desc, k_smem, v_smem = ring.k_desc, ring.v_desc, ring.k_smem, ring.v_smem
+    ready, b, hk, n_tiles = ring.ready, ring.b, ring.hk, ring.n_tiles
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     kv_bytes: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
     pred = tile < n_tiles
@@ -882,10 +1042,14 @@ def _refill(k_desc, v_desc, k_smem, v_smem, ready, b, hk, tile, n_tiles, s):  # 
 
 
 @gluon.jit
-def _simple_serial(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b, hk, row0,  # type: ignore[no-untyped-def]
-                   n_tiles, n_full, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                   LAZY: gl.constexpr):  # fmt: skip
+def _simple_serial(q, ring, sm, row0, n_full):  # type: ignore[no-untyped-def]
     # Q·K_j^T, softmax, P_j·V_j, one after the other.
+    k_smem, v_smem, ready, k_desc = ring.k_smem, ring.v_smem, ring.ready, ring.k_desc
+    n_tiles = ring.n_tiles
+    qk_scale, seq_k = sm.qk_scale, sm.seq_k
+    CAUSAL: gl.constexpr = sm.CAUSAL
+    STAGES: gl.constexpr = ring.STAGES
+    LAZY: gl.constexpr = sm.LAZY
     HEAD_DIM: gl.constexpr = q.shape[1]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
     dtype: gl.constexpr = k_desc.dtype
@@ -914,18 +1078,21 @@ def _simple_serial(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b,
                             is_async=True)  # fmt: skip
         acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
         # Both wgmmas of this warpgroup (the only one) have read slot s: refill it.
-        _refill(k_desc, v_desc, k_smem, v_smem, ready, b, hk, j + STAGES, n_tiles, s)
+        _refill(ring, j + STAGES, s)
     return acc, l_i
 
 
 @gluon.jit
-def _simple_overlapped(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b, hk,  # type: ignore[no-untyped-def]
-                       row0, n_tiles, n_full,
-                       CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                       LAZY: gl.constexpr):  # fmt: skip
+def _simple_overlapped(q, ring, sm, row0, n_full):  # type: ignore[no-untyped-def]
     # FA3's intra-warpgroup overlap with one warpgroup: Q·K_j^T and P_{j-1}·V_{j-1} are
     # issued together; the softmax of tile j runs while P_{j-1}·V_{j-1} is still on
     # the tensor cores (as _consumer does, with the ring refilled here).
+    k_smem, v_smem, ready, k_desc = ring.k_smem, ring.v_smem, ring.ready, ring.k_desc
+    n_tiles = ring.n_tiles
+    qk_scale, seq_k = sm.qk_scale, sm.seq_k
+    CAUSAL: gl.constexpr = sm.CAUSAL
+    STAGES: gl.constexpr = ring.STAGES
+    LAZY: gl.constexpr = sm.LAZY
     HEAD_DIM: gl.constexpr = q.shape[1]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
     dtype: gl.constexpr = k_desc.dtype
@@ -963,7 +1130,7 @@ def _simple_overlapped(q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k
                                              l_i, qk_scale, CAUSAL, LAZY)  # fmt: skip
         acc, p16 = warpgroup_mma_wait(0, deps=(acc, p16))
         # Slot sp's K (Q·K_{j-1}^T) and V (P_{j-1}·V_{j-1}) reads have retired.
-        _refill(k_desc, v_desc, k_smem, v_smem, ready, b, hk, j - 1 + STAGES, n_tiles, sp)
+        _refill(ring, j - 1 + STAGES, sp)
         acc = _rescale(acc, alpha, o_layout, LAZY)
         p16 = gl.convert_layout(p.to(dtype), p_layout)
         m_i = m_new
@@ -999,23 +1166,20 @@ def _attn_fwd_simple(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, 
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
 
+    ring = RefilledRing(k_desc, v_desc, k_smem, v_smem, ready, b, hk, n_tiles, STAGES)
+    sm = Softmax(qk_scale, seq_k, CAUSAL, LAZY)
+
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [b, h, row0, 0], q_bar, q_smem)
     for i in gl.static_range(STAGES):
-        _refill(k_desc, v_desc, k_smem, v_smem, ready, b, hk, i, n_tiles, i)
+        _refill(ring, i, i)
 
     mbarrier.wait(q_bar, 0)
     q = q_smem.reshape([ROWS, HEAD_DIM])
     if OVERLAP:
-        acc, l_i = _simple_overlapped(
-            q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b, hk, row0, n_tiles,
-            n_full, CAUSAL, STAGES, LAZY,
-        )  # fmt: skip
+        acc, l_i = _simple_overlapped(q, ring, sm, row0, n_full)
     else:
-        acc, l_i = _simple_serial(
-            q, k_smem, v_smem, ready, k_desc, v_desc, qk_scale, seq_k, b, hk, row0, n_tiles,
-            n_full, CAUSAL, STAGES, LAZY,
-        )  # fmt: skip
+        acc, l_i = _simple_serial(q, ring, sm, row0, n_full)
     _store_out(acc, l_i, q_smem, o_desc, b, h, row0, o_layout)
 
 
