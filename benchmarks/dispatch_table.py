@@ -118,17 +118,27 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 
 def _by_shape(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, dict[str, Any]]]:
+    """Rows by shape and arm; ValueError for a (shape, arm) measured twice (an output
+    folder used for two runs)."""
     shapes: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = {}
     for row in rows:
-        shapes.setdefault(tuple(row["shape"]), {})[row["arm"]] = row
+        arms = shapes.setdefault(tuple(row["shape"]), {})
+        if row["arm"] in arms:
+            raise ValueError(f"{row['arm']} at {row['shape']} measured twice: one run per file")
+        arms[row["arm"]] = row
     return shapes
 
 
 def build(data: Path, gpu: str, source: str, command: str) -> DispatchTable:
-    """The table of ``data`` (``measure``'s lines): per shape the faster kernel, or the
-    Triton kernel where the Gluon kernel was refused."""
+    """The table of ``data`` (``measure``'s lines, all of ``gpu``: ValueError for a row
+    of another): per shape the faster kernel, or the Triton kernel where the Gluon kernel
+    was refused."""
+    rows = _rows(data)
+    others = sorted({str(r.get("gpu")) for r in rows} - {gpu})
+    if others:
+        raise ValueError(f"{data}: rows of {', '.join(others)}, not only {gpu}")
     points = []
-    for shape, arms in _by_shape(_rows(data)).items():
+    for shape, arms in _by_shape(rows).items():
         batch, heads_q, heads_kv, seq_q, seq_k, head_dim, causal, dtype = shape
         timed = {
             KERNEL_ARMS[a]: r["us_med"]
@@ -213,8 +223,14 @@ def main(argv: list[str] | None = None) -> int:
         shapes = args.shape or GRID[args.start :: args.every]
         return measure(args.out, args.check, rounds, args.rep_ms, shapes)
     if args.command == "build":
-        command = "benchmarks/dispatch_table.py measure --out DIR (2 interleaved rounds)"
-        table = build(args.data, args.gpu, args.source, command)
+        rounds = sorted({len(r["us_rounds"]) for r in _rows(args.data) if "us_rounds" in r})
+        shown = "/".join(map(str, rounds)) or "no"
+        command = f"benchmarks/dispatch_table.py measure --out DIR ({shown} interleaved rounds)"
+        try:
+            table = build(args.data, args.gpu, args.source, command)
+        except ValueError as exc:
+            print(f"dispatch_table: {exc}", file=sys.stderr)
+            return 2
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_suffix(".tmp")
         tmp.write_text(json.dumps(dispatch_table.to_json(table), indent=1) + "\n", encoding="utf-8")
@@ -222,7 +238,11 @@ def main(argv: list[str] | None = None) -> int:
         gluon = sum(p.kernel == "gluon" for p in table.points)
         print(f"{args.out}: {len(table.points)} points, the Gluon kernel at {gluon}")
         return 0
-    lines, over = check(args.data, args.slack)
+    try:
+        lines, over = check(args.data, args.slack)
+    except ValueError as exc:
+        print(f"dispatch_table: {exc}", file=sys.stderr)
+        return 2
     print("\n".join(lines))
     print(
         f"{over} shape(s) where the entry point took more than "

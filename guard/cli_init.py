@@ -109,7 +109,10 @@ def guard_commit() -> str:
 def _write_new(path: Path, text: str) -> None:
     """Write ``path`` whole, never replacing a file: a temporary file beside it is
     linked into place (FileExistsError when something is there by then)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # a file where a folder must be: not "already exists"
+        raise NotADirectoryError(exc.errno, f"{path.parent} is not a folder") from None
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -156,10 +159,16 @@ def write_starter(
     for path, text in zip(targets, texts, strict=True):
         try:
             _write_new(path, text)
-        except FileExistsError:
-            raise BadInput(f"{path}: already exists; not replaced") from None
         except OSError as exc:
-            raise BadInput(f"{path}: cannot write ({exc.strerror or exc})") from None
+            for done in written:  # all or nothing: the suite goes if the workflow cannot
+                with contextlib.suppress(OSError):
+                    done.unlink()
+            why = (
+                "already exists; not replaced"
+                if isinstance(exc, FileExistsError)
+                else (f"cannot write ({exc.strerror or exc})")
+            )
+            raise BadInput(f"{path}: {why} (nothing was written)") from None
         written.append(path)
     return Starter(tuple(written), ref)
 

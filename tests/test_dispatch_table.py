@@ -168,9 +168,10 @@ def test_the_packaged_tables_read_and_name_their_data() -> None:
 
 def _rows(shape: list[Any], **arms: list[float]) -> list[dict[str, Any]]:
     return [
-        {"shape": shape, "arm": arm, "us_rounds": us, "us_med": sorted(us)[len(us) // 2]}
+        {"shape": shape, "arm": arm, "us_rounds": us, "us_med": sorted(us)[len(us) // 2],
+         "gpu": "NVIDIA H200"}
         for arm, us in arms.items()
-    ]
+    ]  # fmt: skip
 
 
 def test_build_takes_the_faster_kernel(tmp_path: Path) -> None:
@@ -179,7 +180,7 @@ def test_build_takes_the_faster_kernel(tmp_path: Path) -> None:
     c = [1, 8, 8, 64, 64, 128, False, "bfloat16"]
     rows = _rows(a, triton_flash=[10.0, 11.0], gluon_flash=[9.0, 9.5])
     rows += _rows(b, triton_flash=[20.0, 20.5], gluon_flash=[21.0, 22.0])
-    rows += [{"shape": c, "arm": "gluon_flash", "refused": "no"}]
+    rows += [{"shape": c, "arm": "gluon_flash", "refused": "no", "gpu": "NVIDIA H200"}]
     rows += _rows(c, triton_flash=[3.0, 3.1])
     data = tmp_path / "grid.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -201,3 +202,17 @@ def test_check_flags_an_entry_slower_than_its_fastest_kernel(tmp_path: Path) -> 
     lines, over = bench.check(data, 0.02)
     assert over == 1
     assert "**" in lines[-1] and "**" not in lines[-2]
+
+
+def test_build_refuses_mixed_runs(tmp_path: Path) -> None:
+    a = [2, 16, 16, 1024, 1024, 128, False, "bfloat16"]
+    data = tmp_path / "grid.jsonl"
+    rows = _rows(a, triton_flash=[10.0, 11.0], gluon_flash=[9.0, 9.5])
+    other = [{**r, "gpu": "NVIDIA H100 80GB HBM3"} for r in _rows(a, triton_flash=[8.0, 8.0])]
+    for extra, named in ((other, "NVIDIA H100"), (rows[:1], "measured twice")):
+        data.write_text("".join(json.dumps(r) + "\n" for r in rows + extra))
+        with pytest.raises(ValueError, match=named):
+            bench.build(data, "NVIDIA H200", "grid.jsonl", "cmd")
+    assert bench.main(["build", str(data), "--gpu", "NVIDIA H200", "--source", "g",
+                       "--out", str(tmp_path / "t.json")]) == 2  # fmt: skip
+    assert not (tmp_path / "t.json").exists()

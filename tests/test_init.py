@@ -69,3 +69,13 @@ def test_init_bad_options_exit_two(tmp_path, capsys, args, message):
     assert main(["init", str(tmp_path), "--guard-ref", REF, *args]) == 2
     assert message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_init_writes_both_files_or_neither(tmp_path, capsys):
+    # The suite can be written, the workflow cannot: .github is a file, not a folder.
+    (tmp_path / ".github").write_text("not a folder\n")
+    assert main(["init", str(tmp_path), "--guard-ref", REF]) == 2
+    err = capsys.readouterr().err
+    assert "perf.yml: cannot write" in err and "nothing was written" in err, err
+    assert "already exists" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".github"]  # no guard.yaml left

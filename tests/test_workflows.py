@@ -328,13 +328,16 @@ def reusable_problems(doc: Doc) -> list[str]:
         or judged[0].get("working-directory") != "judge"
         or not all(
             a in judged[0]["run"]
-            for a in ("python -m guard.ci", '--base "$BASE_SHA"', "--candidate-tree ../pr")
+            for a in ("-m guard.ci", '--base "$BASE_SHA"', "--candidate-tree ../pr")
         )
         or genv.get("BASE_SHA") != AUTHORIZED % "base_sha"
     ):
         out.append(f"{REUSABLE}: guard.ci does not run from judge/ with --candidate-tree ../pr")
     elif "--sandbox bwrap" not in judged[0]["run"]:
         out.append(f"{REUSABLE}: guard.ci does not run the PR's code in bubblewrap")
+    elif "python -P -m guard.ci" not in judged[0]["run"]:
+        # The project's checkout is the current folder: never on sys.path.
+        out.append(f"{REUSABLE}: guard.ci runs with judge/ on sys.path (python -P)")
     gs = [s for _, s in steps(doc, "guard")]
     kill = [i for i, s in enumerate(gs) if s.get("name", "").startswith("Kill every process")]
     up = [i for i, s in enumerate(gs) if "upload-artifact" in s.get("uses", "")]
@@ -508,6 +511,13 @@ MUTATIONS: list[tuple[str, str, str, Any, str]] = [
         "guard/steps/Judge/run",
         'python -m guard.ci --base "$BASE_SHA" --candidate-tree ../pr',
         "bubblewrap",
+    ),
+    (
+        "reusable judge on sys.path",
+        REUSABLE,
+        "guard/steps/Judge/run",
+        'python -m guard.ci --base "$BASE_SHA" --candidate-tree ../pr --sandbox bwrap',
+        "python -P",
     ),
     ("reusable no kill step", REUSABLE, "guard/steps/Kill", DROP, "kills"),
     ("reusable kill reads ENV", REUSABLE, "guard/steps/Kill/env", DROP, "BASH_ENV"),

@@ -261,6 +261,10 @@ def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
             continue
         first_of = "" if case.kernel in worked else case.kernel  # its first calls
         worked.add(case.kernel)
+        # A module:function kernel is mostly Python around torch ops: a change to that
+        # Python (a sync, a sleep, another order) launches the same device kernels, so
+        # its source hash is part of its fingerprint and such a change is timed.
+        own = f"+src:{hashes[case.kernel]}" if isinstance(spec, ModuleKernel) else ""
         try:
             if mode == "check":
                 # The case's first call: fingerprinted as it runs (guard.measure.fingerprint).
@@ -284,7 +288,7 @@ def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
                     reason=result.message,
                     correctness=result.__dict__,
                     kernel_hash=hashes[case.kernel],
-                    fingerprint=print_ if result.passed else "",
+                    fingerprint=print_ + own if result.passed and print_ else "",
                 )
             elif mode == "probe":
                 # One call on fresh inputs, fingerprinted; the output only checked to
@@ -305,7 +309,7 @@ def run_job(job: WorkerJob, proto: TextIO, clock: _Clock | None = None) -> int:
                     status=WRONG if problem else OK,
                     reason=problem,
                     kernel_hash=hashes[case.kernel],
-                    fingerprint="" if problem else print_,
+                    fingerprint="" if problem or not print_ else print_ + own,
                     parts=parts,
                 )
             else:
