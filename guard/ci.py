@@ -410,7 +410,8 @@ def measure(args: argparse.Namespace, base: str) -> Measured:
         else:
             suite, theirs, pr_tree = _suite_at(base, args.suite), Path(args.suite), Path.cwd()
             tree = stack.enter_context(core.worktree(base))
-            if not suite.uses_registry:  # module:function kernels: this folder in the base
+            measured = suite.select(args.kernels) if args.kernels else suite
+            if not measured.uses_registry:  # module:function kernels: this folder in the base
                 tree = core.same_folder(tree, ".", base[:12])
             base_arm = Arm("baseline", str(tree), base[:12])
             cand_arm = Arm("candidate", None, "working tree")
