@@ -771,9 +771,21 @@ def kernels_tree(tree: str | Path, commit: str = "HEAD", *, ignored_count: bool 
         return ""
     if commit != "HEAD" and sha != _git_out(tree, "rev-parse", "--verify", "HEAD:kernels"):
         return ""  # the working tree is not at that commit's kernels
-    flags = ["--porcelain", "--untracked-files=all"] + (["--ignored"] if ignored_count else [])
-    status = _git_out(tree, "status", *flags, "--", "kernels")
-    return sha if status == "" else ""
+    return sha if _clean(tree, "kernels", ignored_count) else ""
+
+
+def _clean(tree: str | Path, path: str, ignored_count: bool) -> bool:
+    """Whether ``path`` in the checkout ``tree`` holds exactly HEAD's files: none
+    modified or untracked, none ignored but (``ignored_count`` False) a run's caches."""
+    status = _git_out(
+        tree, "status", "--porcelain", "--untracked-files=all", "--ignored", "--", path
+    )
+    if status is None:
+        return False
+    lines = status.splitlines()
+    if not ignored_count:  # a run's caches do not count; an ignored build output does
+        lines = [x for x in lines if not (x.startswith("!! ") and _a_cache(x[3:]))]
+    return not lines
 
 
 def folder_tree(folder: str | Path, *, ignored_count: bool = True) -> str:
@@ -783,8 +795,19 @@ def folder_tree(folder: str | Path, *, ignored_count: bool = True) -> str:
     sha = _git_out(folder, "rev-parse", "--verify", "--quiet", "HEAD:./")
     if not sha:
         return ""
-    flags = ["--porcelain", "--untracked-files=all"] + (["--ignored"] if ignored_count else [])
-    return sha if _git_out(folder, "status", *flags, "--", ".") == "" else ""
+    return sha if _clean(folder, ".", ignored_count) else ""
+
+
+# Ignored paths a run leaves behind that import nothing: bytecode and tools' caches. An
+# ignored extension module, generated source or build folder still counts.
+_CACHES = ("__pycache__/", ".pytest_cache/", ".mypy_cache/", ".ruff_cache/", ".hypothesis/")
+
+
+def _a_cache(path: str) -> bool:
+    path = path.strip('"')
+    return path.endswith((".pyc", ".pyo")) or any(
+        path == c or path.endswith("/" + c) or f"/{c}" in f"/{path}" for c in _CACHES
+    )
 
 
 IDENTICAL_TREES = "identical kernels/: the same git tree in both"

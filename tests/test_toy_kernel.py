@@ -151,3 +151,23 @@ def test_a_module_from_outside_the_tree_is_refused(project, tmp_path):
     first = json.loads((tmp_path / "r.json").read_text())["guard"]["cases"][0]
     assert first["status"] == "build_failed"
     assert f"not from {project.resolve()}" in first["reason"], first["reason"]
+
+
+def test_an_ignored_build_output_is_not_a_cache(project: Path) -> None:
+    """A local run's shortcut (the same git tree in both: decided without measuring)
+    forgives the caches a run leaves, never an ignored file the kernel may import."""
+    from guard import core
+
+    (project / ".gitignore").write_text("__pycache__/\n*.so\n.pytest_cache/\n")
+    _git(project, "add", ".gitignore")
+    _git(project, "commit", "-q", "-m", "ignore build outputs")
+    cache = project / "toy_attention" / "__pycache__"
+    cache.mkdir()
+    (cache / "ops.cpython-311.pyc").write_bytes(os.urandom(16))
+    (project / ".pytest_cache").mkdir()
+    (project / ".pytest_cache" / "README.md").write_text("cache\n")
+    head = _git(project, "rev-parse", "HEAD:").strip()
+    assert core.folder_tree(project, ignored_count=False) == head
+    (project / "toy_attention" / "_fast.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\0" * 8)
+    assert core.folder_tree(project, ignored_count=False) == ""
+    assert core.folder_tree(project) == ""  # the PR's checkout: nothing ignored counts
