@@ -18,7 +18,7 @@ mbarrier pipeline must cost one provider, not the run):
    ``--base REV`` adds the kernel of another revision: a provider with ``:BASE=1`` runs
    REV's ``kernels/gluon_flash_fwd.py`` (with this tree's plan and launcher), so a
    kernel change is timed beside the kernel it changes in the same rounds. (Where the
-   tree has no git history, as on a machine given only the files, REV may be a file
+   tree has no git history, as in a copy of the files alone, REV may be a file
    holding that module.)
 3. ``paired`` (``--paired``, one subprocess): the ratio to SDPA default measured side
    by side: per shape, the providers' CUDA graphs replayed in interleaved rounds

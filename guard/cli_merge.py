@@ -13,7 +13,7 @@ missing, or one that failed before it measured).
 ways (``--gpu-split``):
 
 - ``rounds`` (the default): every GPU measures every case, and the timing rounds are
-  dealt out among them, both arms of a round on one GPU (``runner.Session``'s lanes).
+  dealt out among them, both arms of a round on one GPU (``runner.Rounds``'s lanes).
   What each round pays whatever its size (a fresh process, each kernel's first calls)
   is divided too, and the decision removes each GPU's offset (``stats.ratio_interval``).
 - ``cases``: one process per GPU (``CUDA_VISIBLE_DEVICES`` set to it), each measuring

@@ -33,7 +33,7 @@ from guard.decide.compare import (
 from guard.decide.outcome import CheckVerdict
 from guard.measure import env as guard_env
 from guard.measure.proc import kill_running_groups, local_kernels_root, tree_root
-from guard.measure.runner import Arm, Progress, ProgressFn, Session, _noop
+from guard.measure.runner import Arm, Progress, ProgressFn, Rounds, _noop
 from guard.store import results
 from guard.store.results import OK, UNAVAILABLE, CaseResult, RunResult
 from guard.store.suite import (
@@ -98,7 +98,7 @@ class MeasureOptions:
     # false-alarm rate (the whole suite's), so its intervals are not sized for its share.
     family: int = 0
     # GPUs of this host to deal the timing rounds over (each a CUDA_VISIBLE_DEVICES
-    # value; None on a CPU): ``runner.Session``'s lanes. (): the devices this process sees.
+    # value; None on a CPU): ``runner.Rounds``'s lanes. (): the devices this process sees.
     gpus: tuple[str | None, ...] = ()
     # A paired comparison's surface (``Suite.surface``): "changed" adds the surface cases
     # whose fingerprints differ between the arms (``select_surface``), "all" every one,
@@ -328,11 +328,11 @@ def save_results(
 
 def _session(
     suite: Suite, opts: MeasureOptions, progress: ProgressFn, arms: Sequence[Arm] = (Arm(),)
-) -> Session:
+) -> Rounds:
     device, reason = guard_env.pick_device(opts.device)
     if opts.device == "cuda" and device != "cuda":
         raise InfraError(f"--device cuda: no GPU here ({reason})")
-    return Session(
+    return Rounds(
         suite,
         device=device,
         arms=arms,
@@ -346,7 +346,7 @@ def _session(
     )
 
 
-def _plan_rounds(session: Session, opts: MeasureOptions) -> tuple[int, int]:
+def _plan_rounds(session: Rounds, opts: MeasureOptions) -> tuple[int, int]:
     rounds = opts.rounds or session.plan.rounds
     max_rounds = max(rounds, opts.max_rounds or session.plan.max_rounds)
     return rounds, max_rounds
@@ -463,7 +463,7 @@ def _untimed_controls(comparison: Comparison) -> Comparison:
 
 
 def _sequential(
-    session: Session,
+    session: Rounds,
     baseline_of: Callable[[], tuple[RunResult, RunResult]],
     opts: MeasureOptions,
     *,
@@ -718,7 +718,7 @@ def select_surface(
 ) -> SurfaceChoice:
     """The surface cases to add to a paired comparison of ``arms`` (``opts.surface``):
     every one, none, or those whose fingerprints differ, each case probed by one call in
-    each tree (``Session.probe``)."""
+    each tree (``Rounds.probe``)."""
     extra = suite.extra_surface()
     if opts.surface == "none" or not extra:
         return SurfaceChoice(opts.surface, 0)
@@ -871,7 +871,7 @@ def compare_arms(
     return replace(comparison, notes=(*surface.summary(), *comparison.notes))
 
 
-def _compare_in(session: Session, opts: MeasureOptions, arms: tuple[Arm, Arm]) -> Comparison:
+def _compare_in(session: Rounds, opts: MeasureOptions, arms: tuple[Arm, Arm]) -> Comparison:
     """``compare_arms`` in ``session``: the check round, then the timing rounds while
     both trees compile for their resources."""
     suite = session.suite

@@ -162,13 +162,13 @@ def tiny_suite(tmp_path: Path) -> Path:
     return path
 
 
-def two_arm_session(suite_path: Path, **kw: object):  # -> guard.measure.runner.Session
+def two_arm_session(suite_path: Path, **kw: object):  # -> guard.measure.runner.Rounds
     """A CPU session of the suite at ``suite_path`` with two arms, both this tree's
     kernels (the runner's mechanics, not a comparison), seeded."""
-    from guard.measure.runner import Arm, Session
+    from guard.measure.runner import Arm, Rounds
     from guard.store.suite import load_suite
 
-    return Session(
+    return Rounds(
         load_suite(suite_path),
         device="cpu",
         arms=(Arm("baseline", str(ROOT)), Arm("candidate", str(ROOT))),

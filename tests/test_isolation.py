@@ -30,7 +30,7 @@ from guard.base.errors import BadInput, ExitCode
 from guard.cli import main
 from guard.measure import proc
 from guard.measure.protocol import CaseJob, WorkerJob
-from guard.measure.runner import Arm, Progress, Session
+from guard.measure.runner import Arm, Progress, Rounds
 from guard.report import terminal
 from guard.store.suite import load_suite
 
@@ -66,7 +66,7 @@ def test_an_arm_whose_kernels_is_not_its_own_package_is_refused(tmp_path, init):
     suite = load_suite(fault_suite(tmp_path, ["reference"]))
     arms = (Arm("baseline", None), Arm("candidate", str(tree)))
     with pytest.raises(BadInput) as caught:
-        Session(suite, device="cpu", arms=arms)
+        Rounds(suite, device="cpu", arms=arms)
     message = str(caught.value)
     assert str(tree / "kernels" / "__init__.py") in message
     assert "candidate's kernels/" in message

@@ -26,7 +26,7 @@ from guard.base.errors import BadInput, InfraError
 from guard.decide.compare import compare_runs
 from guard.measure import proc, resources
 from guard.measure.resources import ResourceReport
-from guard.measure.runner import Arm, Session
+from guard.measure.runner import Arm, Rounds
 from guard.store.suite import load_suite
 
 WAIT_S = 60.0  # what a broken guard makes a test wait, at most
@@ -50,20 +50,20 @@ def _changed_arms(tmp_path) -> tuple[Arm, Arm]:
 def test_the_trees_compile_while_the_timing_rounds_measure(tiny_suite, monkeypatch, tmp_path):
     compiling = threading.Event()
     seen: dict[str, object] = {}
-    real_time = Session.time
+    real_time = Rounds.time
 
     def collect(root: str, suite_path: str, *args: object, **kw: object) -> ResourceReport:
         compiling.set()
         seen.setdefault("ids", kw.get("case_ids"))
         return ResourceReport(arches=("sm_90",), cases={}, skipped={})
 
-    def time_rounds(self: Session, *args: object, **kw: object) -> None:
+    def time_rounds(self: Rounds, *args: object, **kw: object) -> None:
         # Started by the check round's end, not after the last timing round.
         seen.setdefault("compiling_when_timing", compiling.wait(WAIT_S))
         real_time(self, *args, **kw)
 
     monkeypatch.setattr(resources, "collect_in_tree", collect)
-    monkeypatch.setattr(Session, "time", time_rounds)
+    monkeypatch.setattr(Rounds, "time", time_rounds)
     suite = load_suite(tiny_suite)
     opts = core.MeasureOptions(device="cpu", rounds=2, max_rounds=2)
     comparison = core.compare_arms(suite, *_changed_arms(tmp_path), opts=opts)
@@ -122,14 +122,14 @@ def test_a_measurement_that_fails_ends_both_compiles_at_once(tiny_suite, monkeyp
         ends.append(run.returncode)
         return ResourceReport(arches=("sm_90",), cases={}, skipped={})
 
-    def time_rounds(self: Session, *args: object, **kw: object) -> None:
+    def time_rounds(self: Rounds, *args: object, **kw: object) -> None:
         deadline = time.monotonic() + WAIT_S
         while len(proc._RUNNING) < 2 and time.monotonic() < deadline:  # both compiling
             time.sleep(0.05)
         raise InfraError("the GPU fell off the bus")
 
     monkeypatch.setattr(resources, "collect_in_tree", collect)
-    monkeypatch.setattr(Session, "time", time_rounds)
+    monkeypatch.setattr(Rounds, "time", time_rounds)
     opts = core.MeasureOptions(device="cpu", rounds=2, max_rounds=2, time_identical=True)
     with pytest.raises(InfraError, match="fell off the bus"):
         core.compare_arms(load_suite(tiny_suite), *_changed_arms(tmp_path), opts=opts)

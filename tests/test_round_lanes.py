@@ -1,4 +1,4 @@
-"""Rounds dealt over several GPUs of one host (``Session(gpus=...)``, ``--gpus N``).
+"""Rounds dealt over several GPUs of one host (``Rounds(gpus=...)``, ``--gpus N``).
 
 Each GPU is a lane: one worker at a time, with ``CUDA_VISIBLE_DEVICES`` set to it. Both
 arms of a round run on one lane, each lane alternates which arm goes first, and every
@@ -19,7 +19,7 @@ from conftest import TESTS, two_arm_session
 from guard.base import stats
 from guard.base.errors import InfraError
 from guard.measure import proc
-from guard.measure.runner import Progress, Session
+from guard.measure.runner import Progress, Rounds
 from guard.store import results
 from guard.store.results import OK
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _session(tiny_suite, **kw) -> Session:
+def _session(tiny_suite, **kw) -> Rounds:
     return two_arm_session(tiny_suite, **kw)
 
 

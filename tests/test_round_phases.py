@@ -28,7 +28,7 @@ from guard.decide.compare import compare_runs
 from guard.measure import env as guard_env
 from guard.measure import measure, proc, worker
 from guard.measure.protocol import CaseJob, WorkerClock, WorkerJob
-from guard.measure.runner import Arm, Session, round_phases
+from guard.measure.runner import Arm, Rounds, round_phases
 from guard.store import results
 from guard.store.results import RoundInfo, RoundPhases
 from guard.store.suite import load_suite
@@ -47,7 +47,7 @@ def _phases(**kw: float) -> RoundPhases:
 
 
 def test_every_round_records_its_phases_and_the_file_keeps_them(tiny_suite, tmp_path):
-    session = Session(load_suite(tiny_suite), device="cpu", seed=7)
+    session = Rounds(load_suite(tiny_suite), device="cpu", seed=7)
     session.check()
     session.time(1)
     run = session.results()["candidate"]
@@ -254,7 +254,7 @@ def test_the_worker_leaves_without_teardown_but_runs_the_atexit_handlers(tmp_pat
     then kills the worker at the case timeout and records no phases for the round)."""
     marks = tmp_path / "marks"
     (tmp_path / "exit_probe.py").write_text(EXIT_PROBE.format(marks=str(marks)))
-    session = Session(
+    session = Rounds(
         load_suite(_one_case_suite(tmp_path)),
         device="cpu",
         fault_modules=("exit_probe",),
@@ -317,7 +317,7 @@ def test_a_job_that_asks_for_the_whole_teardown_gets_it(tmp_path, teardown):
 
 @pytest.mark.parametrize("sanitize", [False, True])
 def test_only_jobs_under_compute_sanitizer_ask_for_the_whole_teardown(tiny_suite, sanitize):
-    session = Session(load_suite(tiny_suite), device="cpu", sanitize=sanitize)
+    session = Rounds(load_suite(tiny_suite), device="cpu", sanitize=sanitize)
     job = session._job(Arm(), "check", list(session.suite.cases), 0)
     assert job.teardown is sanitize
     assert WorkerJob.from_json(job.to_json()).teardown is sanitize

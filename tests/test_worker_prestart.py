@@ -19,7 +19,7 @@ from conftest import ROOT, two_arm_session
 
 from guard.measure import proc
 from guard.measure.protocol import PRELOAD_FLAG, WorkerClock
-from guard.measure.runner import Arm, Session, _Started, round_phases
+from guard.measure.runner import Arm, Rounds, _Started, round_phases
 from guard.store.results import OK
 from guard.store.suite import load_suite
 
@@ -92,8 +92,8 @@ def test_every_worker_but_the_sessions_first_is_started_ahead(tiny_suite, tmp_pa
 
 
 def test_no_worker_is_started_ahead_on_a_cpu_or_under_compute_sanitizer(tiny_suite, tmp_path):
-    assert not Session(load_suite(tiny_suite), device="cpu").prestart
-    assert not Session(load_suite(tiny_suite), device="cpu", prestart=True, sanitize=True).prestart
+    assert not Rounds(load_suite(tiny_suite), device="cpu").prestart
+    assert not Rounds(load_suite(tiny_suite), device="cpu", prestart=True, sanitize=True).prestart
     session = two_arm_session(tiny_suite)
     session.check()
     assert all(r.phases and r.phases.prestarted == 0 for r in session.results()["candidate"].rounds)
@@ -148,10 +148,10 @@ def test_the_phases_note_says_how_many_rounds_had_their_worker_started_ahead():
 def test_the_core_entry_points_leave_no_worker_started_ahead(tiny_suite, monkeypatch, entry):
     from guard import core
 
-    made: list[Session] = []
+    made: list[Rounds] = []
     real = core._session
 
-    def session_ahead(*args: object, **kw: object) -> Session:
+    def session_ahead(*args: object, **kw: object) -> Rounds:
         session = real(*args, **kw)  # type: ignore[arg-type]
         session.prestart = True  # as on a GPU
         made.append(session)

@@ -5,7 +5,7 @@ One round of one arm (a tree: this checkout, or a worktree of the base ref) is o
 ``--benchmark-save-data`` added, so every benchmark's samples of that process are one
 round (``guard.store.pytest_runs``). The arms alternate round by round, the first of
 each round changing every round (ABBA...), as the guard's own workers do
-(``runner.Session.time``).
+(``runner.Rounds.time``).
 
 Each arm's tree comes first on ``PYTHONPATH`` (and its ``src/`` when it has one), so
 its modules are imported, not those of the other tree or of an editable install. A

@@ -17,7 +17,7 @@ exit, covers the rest). If the guard itself is SIGKILLed, the worker dies with i
 worker's stdin, held open by the guard for the round, reaches end of file. A process that
 leaves the group (``setsid``, ``setpgid``, a daemon's double fork) is reparented to the
 guard while a worker runs (``proc.subreaper``); after each worker the guard kills whatever is left
-(``proc.end_strays``) and fails the session (InfraError, exit 3) naming it: what a
+(``proc.end_strays``) and fails the check (InfraError, exit 3) naming it: what a
 tree's code starts ends with its worker, or the check fails. Limits: a guard killed
 between starting a worker and the worker's first instructions leaves it to the stdin
 check alone, and a SIGKILLed guard leaves the escaped processes to PID 1.
@@ -35,13 +35,13 @@ Started ahead (``prestart``, on by default on a GPU): while a worker measures, t
 worker is started with ``--preload``: it imports torch, Triton and the guard, then waits
 for its job, so the next round does not pay for those imports. It is still a fresh
 process per round, it touches neither the GPU nor the arm's kernels until its job
-comes, and the job says which arm it serves. The one left when the session ends is
-stopped by ``close`` (a Session is a context manager). Not on a CPU, where its imports
+comes, and the job says which arm it serves. The one left when the check ends is
+stopped by ``close`` (it is a context manager). Not on a CPU, where its imports
 would take a core from the measurement, nor under compute-sanitizer.
 
 Several GPUs of one host (``gpus``): each is a *lane*, where one worker runs at a time
 (``CUDA_VISIBLE_DEVICES`` set to it), driven by a thread of its own that lives as long
-as the session (a worker's death signal follows the thread that started it, and the
+as the check (a worker's death signal follows the thread that started it, and the
 lane's worker started ahead must outlive each round). The timing rounds are dealt out
 round-robin: both arms of a round run on one lane, one after the other, and each lane
 alternates which arm goes first, so every lane holds as many rounds of each arm and a
@@ -186,7 +186,7 @@ class _Lane:
     devices this process sees), with its own worker started ahead."""
 
     gpu: str | None = None
-    label: str = ""  # what its rounds record ("": the session's only lane)
+    label: str = ""  # what its rounds record ("": the check's only lane)
     spare: _Started | None = None  # the next worker, started ahead
     strays: list[Stray] = field(default_factory=list)  # left by the last worker (end_strays)
     # The last worker's start and end (None: not seen to end by itself), monotonic.
@@ -203,8 +203,8 @@ def case_seed(base: int, case_id: str, round_index: int) -> int:
     return zlib.crc32(f"{base}:{case_id}:{round_index}".encode()) & 0x7FFFFFFF
 
 
-class Session:
-    """One measurement session over one or two arms. Not thread-safe."""
+class Rounds:
+    """The timing rounds of one check over one or two arms. Not thread-safe."""
 
     def __init__(
         self,
@@ -250,7 +250,7 @@ class Session:
             for i, gpu in enumerate(gpus)
         ] or [_Lane()]
         self._lock = threading.RLock()  # the lanes' threads share the states and progress
-        self._stopping = threading.Event()  # a lane failed, or the session is closing
+        self._stopping = threading.Event()  # a lane failed, or the check is closing
         self.states = {a.name: {c.id: _CaseState(c) for c in suite.cases} for a in self.arms}
         self.round_infos: dict[str, list[RoundInfo]] = {a.name: [] for a in self.arms}
         self.rounds_done = 0
@@ -408,7 +408,7 @@ class Session:
             if spare is not None:
                 spare.stop()
 
-    def __enter__(self) -> Session:
+    def __enter__(self) -> Rounds:
         return self
 
     def __exit__(self, *exc: object) -> None:
