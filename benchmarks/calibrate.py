@@ -8,17 +8,34 @@ analyze  (CPU) form PR-like checks from the pool and apply the guard's rule and 
          anchor rules of other tools (benchmarks/calibration_study.py); print the table and
          optionally write docs/CALIBRATION.md and a JSON summary.
 
+compact  (CPU) rewrite pools in the current schema (``SCHEMA_VERSION``), every sample
+         kept to the bit.
+
 python benchmarks/calibrate.py collect --out DIR --seconds 500          # on the GPU
 python benchmarks/calibrate.py analyze --data docs/data/h100-2026-11-26/calibration-*.json.gz
+
+A pool is gzip-compressed JSON: ``environment``, ``plan``, ``samples_per_round``,
+``round_seconds`` and ``rounds``, each round ``{"round", "gpu_state", "samples"}`` with
+``samples[workload][arm]`` one arm's samples (seconds per call) in that round. Schema 1
+stores them as a list of floats. Schema 2 stores a CUDA-timed arm as what was measured:
+``{"calls": c, "tick_ns": g, "delta_ticks": [t0, t1 - t0, t2 - t1, ...]}``, sample i
+being ``float32(g * t_i / 1e6) * 1e-3 / c`` (an event pair's elapsed milliseconds, a
+float32 of whole nanoseconds, over the calls of one replay); ``c`` is the smallest call
+count that gives every sample back to the bit and ``g`` the largest tick dividing those
+elapsed times. An arm no such form gives back (a CPU timer's) stays a list of floats.
+``load_pool`` reads both schemas and refuses any other.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
+import math
 import os
 import random
+import struct
 import subprocess
 import sys
 import time
@@ -27,6 +44,9 @@ from pathlib import Path
 ARMS = {"base": 0.0, "plus1": 0.01, "plus2": 0.02, "plus5": 0.05, "plus10": 0.10}
 CONTROL = "control"  # torch SDPA (default backend) on the same workload, no spin
 SPIN0_CYCLES = 1000  # the spin every arm runs (about 0.5 us at 1.98 GHz)
+SCHEMA_VERSION = 2  # what collect and compact write; load_pool reads 1 and 2
+MAX_CALLS = 10_000  # measure.Prepared's largest calls per sample
+_FLOAT32 = struct.Struct("<f")
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # run as a script from a checkout
@@ -189,7 +209,7 @@ def collect(args) -> int:
         if r % 10 == 0:
             print(f"{r} rounds, {time.monotonic() - t0:.0f} s", flush=True)
     doc = {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "environment": environment,
         "plan": plan,
         "samples_per_round": args.samples,
@@ -199,19 +219,113 @@ def collect(args) -> int:
     name = (
         out_dir / f"calibration-{environment['gpu_slug']}-{time.strftime('%Y%m%dT%H%M%S')}.json.gz"
     )
-    with gzip.open(name, "wt", encoding="utf-8") as fh:
-        json.dump(doc, fh)
+    write_pool(name, doc)
     mean_round = sum(durations) / max(len(durations), 1)
     print(f"wrote {name}: {len(rounds)} rounds, {mean_round:.1f} s per round", flush=True)
     return 0
 
 
+def _float32(value: float) -> float:
+    """``value`` rounded to the nearest float32 (as a CUDA event's elapsed time is)."""
+    return _FLOAT32.unpack(_FLOAT32.pack(value))[0]
+
+
+def decode_samples(stored: object, where: str = "samples") -> list[float]:
+    """One arm's samples of one round, in seconds per call, from a pool's stored form."""
+    if isinstance(stored, list):
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in stored):
+            raise ValueError(f"{where}: a list of samples holds a non-number")
+        return [float(x) for x in stored]
+    if not isinstance(stored, dict) or set(stored) != {"calls", "tick_ns", "delta_ticks"}:
+        raise ValueError(f"{where}: neither a list of samples nor {{calls, tick_ns, delta_ticks}}")
+    calls, tick, deltas = stored["calls"], stored["tick_ns"], stored["delta_ticks"]
+    ints = [calls, tick, *deltas] if isinstance(deltas, list) else None
+    if ints is None or not all(isinstance(v, int) and not isinstance(v, bool) for v in ints):
+        raise ValueError(f"{where}: calls, tick_ns and delta_ticks must be whole numbers")
+    if calls < 1 or tick < 1:
+        raise ValueError(f"{where}: calls and tick_ns must be positive")
+    out, ticks = [], 0
+    for d in deltas:
+        ticks += d
+        out.append(_float32(tick * ticks / 1e6) * 1e-3 / calls)
+    return out
+
+
+def encode_samples(samples: list[float]) -> object:
+    """The stored form of one arm's samples (schema 2): the CUDA event form when one
+    gives every sample back to the bit (``decode_samples``), the list itself otherwise."""
+    import numpy as np
+
+    x = np.asarray(samples, dtype=np.float64)
+    if x.size == 0 or not np.all(np.isfinite(x)) or np.any(x <= 0):
+        return list(samples)
+    calls = np.arange(1, MAX_CALLS + 1, dtype=np.float64)[:, None]
+    ns = np.rint(x[None, :] * calls * 1e9)
+    back = (ns / 1e6).astype(np.float32).astype(np.float64) * 1e-3 / calls
+    for row in np.flatnonzero(np.all(back == x[None, :], axis=1)):
+        whole = [int(v) for v in ns[row]]
+        tick = math.gcd(*whole)
+        if tick < 1:
+            continue
+        ticks = [v // tick for v in whole]
+        stored = {
+            "calls": int(row) + 1,
+            "tick_ns": tick,
+            "delta_ticks": [ticks[0]] + [b - a for a, b in itertools.pairwise(ticks)],
+        }
+        if decode_samples(stored) == [float(v) for v in samples]:
+            return stored
+    return list(samples)
+
+
+def load_pool(path: str | Path) -> dict:
+    """A pool with every arm's samples as a list of floats (seconds per call), whatever
+    schema it is stored in; a schema this reader does not know is refused."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        doc = json.load(fh)
+    version = doc.get("schema_version") if isinstance(doc, dict) else None
+    if version not in (1, 2):
+        raise ValueError(
+            f"{path}: calibration pool schema_version {version!r} is not one this reader "
+            f"knows (1, 2)"
+        )
+    for i, r in enumerate(doc["rounds"]):
+        decoded: dict[str, dict[str, list[float]]] = {}
+        for w, arms in r["samples"].items():
+            for arm, stored in arms.items():
+                where = f"{path}: rounds[{i}].samples.{w}.{arm}"
+                if version == 1 and not isinstance(stored, list):
+                    raise ValueError(f"{where}: schema 1 stores samples as a list")
+                decoded.setdefault(w, {})[arm] = decode_samples(stored, where)
+        r["samples"] = decoded
+    return doc
+
+
+def write_pool(path: str | Path, doc: dict) -> None:
+    """Write ``doc`` (samples as lists of floats) in the current schema, gzip-compressed,
+    the same bytes for the same pool; every sample reads back as it was
+    (``encode_samples``)."""
+    rounds = []
+    for r in doc["rounds"]:
+        samples = {
+            w: {a: encode_samples(xs) for a, xs in arms.items()} for w, arms in r["samples"].items()
+        }
+        rounds.append({**r, "samples": samples})
+    out = {**doc, "schema_version": SCHEMA_VERSION, "rounds": rounds}
+    data = json.dumps(out, separators=(",", ":")).encode("utf-8")
+    Path(path).write_bytes(gzip.compress(data, compresslevel=9, mtime=0))
+
+
 def load_pools(paths: list[str]):
-    docs = []
-    for p in paths:
-        with gzip.open(p, "rt", encoding="utf-8") as fh:
-            docs.append(json.load(fh))
-    return docs
+    return [load_pool(p) for p in paths]
+
+
+def compact(args) -> int:
+    for p in args.pools:
+        before = Path(p).stat().st_size
+        write_pool(p, load_pool(p))
+        print(f"{p}: {before} -> {Path(p).stat().st_size} bytes")
+    return 0
 
 
 def analyze(args) -> int:
@@ -361,9 +475,13 @@ def main() -> int:
         help="also measure interval coverage over N checks",
     )
     a.add_argument("--json")
+    k = sub.add_parser("compact")
+    k.add_argument("pools", nargs="+", help="pool files, rewritten in place")
     args = parser.parse_args()
     if args.cmd == "collect":
         return collect(args)
+    if args.cmd == "compact":
+        return compact(args)
     if args.cmd == "worker-setup":
         print(json.dumps(worker_setup(args)))
         return 0

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from benchmarks import calibrate
 from benchmarks import calibration_study as cal
 from guard.base.stats import Rule
 from guard.store.suite import load_suite
@@ -55,9 +57,80 @@ SHORT = "b1-h8-s128-d64-full"
 
 
 def _pool(name: str):
-    with gzip.open(POOLS[name], "rt") as fh:
-        doc = json.load(fh)
+    doc = calibrate.load_pool(POOLS[name])
     return [r["samples"] for r in doc["rounds"]], list(doc["plan"]["workloads"])
+
+
+def _cuda_samples(rng, calls: int, tick_ns: int) -> list[float]:
+    """Samples as measure.Prepared takes them: an event pair's float32 milliseconds (a
+    whole number of ticks) times 1e-3, over the calls of one replay."""
+    ticks = rng.integers(20_000, 40_000, size=25)
+    ms = [struct.unpack("<f", struct.pack("<f", int(t) * tick_ns / 1e6))[0] for t in ticks]
+    return [m * 1e-3 / calls for m in ms]
+
+
+def test_the_committed_pools_are_stored_compact_and_read_back_whole():
+    for path in POOLS.values():
+        with gzip.open(path, "rt") as fh:
+            raw = json.load(fh)
+        assert raw["schema_version"] == calibrate.SCHEMA_VERSION, path
+        arms = [a for r in raw["rounds"] for w in r["samples"].values() for a in w.values()]
+        assert all(isinstance(a, dict) for a in arms), path  # every arm CUDA-timed
+        doc = calibrate.load_pool(path)
+        for r in doc["rounds"]:
+            for w in r["samples"].values():
+                for xs in w.values():
+                    assert len(xs) == doc["samples_per_round"] and min(xs) > 0
+
+
+def test_a_pool_round_trips_to_the_bit(tmp_path):
+    rng = np.random.default_rng(5)
+    shapes = [(1, 32), (17, 32), (45, 8), (9_999, 2)]  # calls, tick in ns
+    cuda = {f"{calls}x{tick}": _cuda_samples(rng, calls, tick) for calls, tick in shapes}
+    cpu = {"perf_counter": list(rng.uniform(1e-5, 2e-5, size=25))}
+    doc = {
+        "schema_version": 1,
+        "plan": {"workloads": {"w": {}}},
+        "samples_per_round": 25,
+        "rounds": [{"round": 0, "samples": {"w": {**cuda, **cpu}}}],
+    }
+    path = tmp_path / "pool.json.gz"
+    calibrate.write_pool(path, doc)
+    with gzip.open(path, "rt") as fh:
+        stored = json.load(fh)["rounds"][0]["samples"]["w"]
+    assert all(isinstance(stored[k], dict) for k in cuda)
+    assert stored["perf_counter"] == cpu["perf_counter"]  # not CUDA-timed: kept as floats
+    back = calibrate.load_pool(path)
+    assert back["rounds"][0]["samples"]["w"] == {**cuda, **cpu}
+    assert back["schema_version"] == calibrate.SCHEMA_VERSION
+    again = tmp_path / "again.json.gz"
+    calibrate.write_pool(again, back)
+    assert again.read_bytes() == path.read_bytes()  # the same pool, the same bytes
+
+
+def _one_arm(stored) -> dict:
+    return {"rounds": [{"samples": {"w": {"base": stored}}}]}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"schema_version": 3},
+        {"schema_version": None},
+        _one_arm({"calls": 1, "tick_ns": 32}),
+        _one_arm({"calls": 1, "tick_ns": 32, "delta_ticks": [1], "unit": "ns"}),
+        _one_arm({"calls": 0, "tick_ns": 32, "delta_ticks": [1]}),
+        _one_arm({"calls": 1, "tick_ns": 1.5, "delta_ticks": [1]}),
+        _one_arm(["1e-5"]),
+        {"schema_version": 1, **_one_arm({"calls": 1, "tick_ns": 32, "delta_ticks": [1]})},
+    ],
+)
+def test_a_pool_the_reader_does_not_know_is_refused(tmp_path, change):
+    doc = {"schema_version": 2, **_one_arm([1e-5]), **change}
+    path = tmp_path / "pool.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    with pytest.raises(ValueError, match=r"pool\.json\.gz"):
+        calibrate.load_pool(path)
 
 
 @pytest.mark.parametrize("gpu", list(MIN_POWER_PLUS2_LONG))
