@@ -24,6 +24,7 @@ time the median of CUDA-graph replays (``benchmarks/side_by_side.py``).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import statistics
 import sys
@@ -114,7 +115,13 @@ def measure(out: Path, check: bool, rounds: int, rep_ms: int, shapes: list[Shape
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    """``measure``'s lines, from the file it wrote or a gzip-compressed copy (``.gz``, as
+    docs/data keeps the larger ones)."""
+    if path.suffix == ".gz":
+        text = gzip.decompress(path.read_bytes()).decode("utf-8")
+    else:
+        text = path.read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line]
 
 
 def _by_shape(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, dict[str, Any]]]:
