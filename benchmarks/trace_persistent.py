@@ -58,24 +58,30 @@ def _clock():  # type: ignore[no-untyped-def]  # the SM's cycles (trace_tile_pha
 @gluon.jit
 def _attn_fwd_ws_persistent"""
 
-# (snippet of the kernel, what replaces it): a trace pointer through to the consumers,
-# the stamps, and the launcher passing TRACE[0].
+# (snippet of the kernel, what replaces it): a trace pointer among the launch arguments,
+# riding to the consumers in their Warpgroup bundle (a field the copy adds, ``wg.trace``,
+# None where a kernel does not pass one), the stamps, and the launcher passing TRACE[0].
 SUBSTITUTIONS = [
     ("part_ptr, stat_ptr, flag_ptr,\n                            CAUSAL: gl.constexpr",
      "part_ptr, stat_ptr, flag_ptr, trace_ptr,\n                            CAUSAL: gl.constexpr"),
-    ("part_ptr, stat_ptr, flag_ptr,\n                         WG: gl.constexpr",
-     "part_ptr, stat_ptr, flag_ptr, trace_ptr,\n                         WG: gl.constexpr"),
-    ("stat_ptr, flag_ptr, 0, CAUSAL", "stat_ptr, flag_ptr, trace_ptr, 0, CAUSAL"),
-    ("stat_ptr, flag_ptr, 1, CAUSAL", "stat_ptr, flag_ptr, trace_ptr, 1, CAUSAL"),
+    ("    PINGPONG: gl.constexpr\n\n    @gluon.constexpr_function\n"
+     "    def __init__(self, sched, WG, PINGPONG):",
+     "    PINGPONG: gl.constexpr\n    trace: gl.tensor | gl.constexpr\n\n"
+     "    @gluon.constexpr_function\n"
+     "    def __init__(self, sched, WG, PINGPONG, trace=None):"),
+    ("        self.PINGPONG = gl.constexpr(PINGPONG)\n",
+     "        self.PINGPONG = gl.constexpr(PINGPONG)\n        self.trace = _field(trace)\n"),
+    *[(f"(_consumer_persistent, (qs, ring, Warpgroup(sched, {wg}, PINGPONG)",
+       f"(_consumer_persistent, (qs, ring, Warpgroup(sched, {wg}, PINGPONG, trace_ptr)")
+      for wg in (0, 1)],
     ("    it = 0\n    # Whole row blocks in one loop",
-     f"    tr = trace_ptr + gl.program_id(0) * {STRIDE}\n"
+     f"    tr = wg.trace + gl.program_id(0) * {STRIDE}\n"
      "    if WG == 0:\n"
      "        gl.store(tr, _now())\n"
      "        gl.store(tr + 2, _smid().to(gl.int64))\n"
      "    it = 0\n    # Whole row blocks in one loop"),
-    ("                            it, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY)"
-     "  # fmt: skip\n",
-     "                            it, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY)  # fmt: skip\n"
+    ("_block_of(deal, i), it)\n",
+     "_block_of(deal, i), it)\n"
      "        if WG == 0:\n"
      "            gl.store(tr + 8 + 2 * i, _now())\n"
      "            gl.store(tr + 9 + 2 * i, (n_kb + 0 * i).to(gl.int64))\n"

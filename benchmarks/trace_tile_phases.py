@@ -35,13 +35,17 @@ _SUMS = "".join(
     for k in range(len(STEPS))
 )
 
-# (snippet, replacement), applied after trace_persistent's: a phase pointer from the
-# persistent consumer down to the key-tile loop, the stamps, the sums.
+# (snippet, replacement), applied after trace_persistent's: the persistent consumer hands
+# the key-tile loop its phase words (this warpgroup's, in its CTA's part ``tr`` of the
+# trace buffer) in the Warpgroup bundle's trace field, which trace_persistent's copy adds;
+# the stamps; the sums.
 SUBSTITUTIONS = [
-    ("PINGPONG: gl.constexpr, LAZY: gl.constexpr, kb0=0):  # fmt: skip",
-     "PINGPONG: gl.constexpr, LAZY: gl.constexpr, kb0, ph_ptr):  # fmt: skip"),
+    ("    it = 0\n    # Whole row blocks in one loop",
+     f"    wg = Warpgroup(wg.sched, WG, wg.PINGPONG, tr + {PHASE_WORDS} + 8 * WG)\n"
+     "    it = 0\n    # Whole row blocks in one loop"),
     ("    for j in range(1, n_tiles):\n        s = (it0 + j) % STAGES\n"
      "        sp = (it0 + j - 1) % STAGES\n        if PINGPONG:\n",
+     "    ph_ptr = wg.trace\n"
      "    a0 = _clock() * 0\n    a1 = a0\n    a2 = a0\n    a3 = a0\n    a4 = a0\n"
      "    for j in range(1, n_tiles):\n        s = (it0 + j) % STAGES\n"
      "        sp = (it0 + j - 1) % STAGES\n        c0 = _clock()\n        if PINGPONG:\n"),
@@ -70,23 +74,6 @@ SUBSTITUTIONS = [
      + f"    gl.atomic_add(ph_ptr + {len(STEPS)}, n_tiles - 1 + a0 * 0, sem=\"relaxed\","
      " scope=\"cta\")\n"
      "    return acc, p16, m_i, l_i\n"),
-    ("                   WHOLE: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip",
-     "                   WHOLE: gl.constexpr, LAZY: gl.constexpr, ph_ptr):  # fmt: skip"),
-    ("                                        PINGPONG, LAZY, kb0)  # fmt: skip",
-     "                                        PINGPONG, LAZY, kb0, ph_ptr)  # fmt: skip"),
-    ("                   Q_BUFFERS: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip\n"
-     "    # The i-th row block (tile) of this CTA, whole.",
-     "                   Q_BUFFERS: gl.constexpr, LAZY: gl.constexpr, ph_ptr):  # fmt: skip\n"
-     "    # The i-th row block (tile) of this CTA, whole."),
-    ("                                                      Q_BUFFERS, True, LAZY)  # fmt: skip",
-     "                                                      Q_BUFFERS, True, LAZY, ph_ptr)"
-     "  # fmt: skip"),
-    ("                            it, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY)  # fmt: skip",
-     "                            it, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY,\n"
-     f"                            tr + {PHASE_WORDS} + 8 * WG)  # fmt: skip"),
-    ("                CAUSAL, STAGES, PINGPONG, Q_BUFFERS, False, LAZY)  # fmt: skip",
-     "                CAUSAL, STAGES, PINGPONG, Q_BUFFERS, False, LAZY,\n"
-     f"                tr + {PHASE_WORDS} + 8 * WG)  # fmt: skip"),
 ]  # fmt: skip
 
 

@@ -212,6 +212,23 @@ class QBuffers:
 
 
 @aggregate
+class Warpgroup:
+    """A consumer warpgroup of the warp-specialized kernels: ``WG`` (0 or 1: rows
+    WG * ROWS.. of the CTA's tile, entry WG of a pair of Q buffers) and FA3's scheduler
+    barrier pair (``_sched_barriers``) the two take turns on when ``PINGPONG``."""
+
+    sched: gl.shared_memory_descriptor
+    WG: gl.constexpr
+    PINGPONG: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, sched, WG, PINGPONG):  # type: ignore[no-untyped-def]
+        self.sched = sched
+        self.WG = gl.constexpr(WG)
+        self.PINGPONG = gl.constexpr(PINGPONG)
+
+
+@aggregate
 class Deal:
     """How the persistent kernel deals its output tiles to the CTAs: n_m row blocks x
     heads x batch, causal in groups of ``group`` (batch, head) pairs, ``PAIRED``
@@ -235,6 +252,23 @@ class Deal:
         self.CAUSAL = gl.constexpr(CAUSAL)
         self.SPLIT = gl.constexpr(SPLIT)
         self.PAIRED = gl.constexpr(PAIRED)
+
+
+@aggregate
+class Workspace:
+    """The persistent kernel's global workspace for row blocks cut between two CTAs
+    (``SPLIT``; the launcher's ``_workspace``): parked parts' unnormalized O, their
+    (m, l), a flag per part. None pointers (constexprs) without the runs."""
+
+    part_ptr: gl.tensor | gl.constexpr
+    stat_ptr: gl.tensor | gl.constexpr
+    flag_ptr: gl.tensor | gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, part_ptr, stat_ptr, flag_ptr):  # type: ignore[no-untyped-def]
+        self.part_ptr = _field(part_ptr)
+        self.stat_ptr = _field(stat_ptr)
+        self.flag_ptr = _field(flag_ptr)
 
 
 @aggregate
@@ -449,16 +483,21 @@ def _producer(inputs, q_smem, q_bar, ring, b, h, hk, m0, n_tiles):  # type: igno
 
 
 @gluon.jit
-def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_full, it0, g0,  # type: ignore[no-untyped-def]
-                   WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                   PINGPONG: gl.constexpr, LAZY: gl.constexpr, kb0=0):  # fmt: skip
+def _consumer_loop(q, ring, wg, sm, row0, n_tiles, n_full, it0, g0, kb0=0):  # type: ignore[no-untyped-def]
     # One row block's key tiles through the ring, from ring position it0 (a persistent
     # CTA's earlier tiles used positions 0..it0-1): every Q·K^T and all but the last
     # P·V; key tiles kb0.. of the row (kb0 > 0: the second part of a row block split
     # between two CTAs). Returns acc, P of the last tile (its P·V still to issue), m
     # and l. g0: the scheduler-barrier turns this warpgroup took before (PINGPONG; a
     # persistent CTA's turns run on across tiles, n_tiles - 1 per tile).
-    _, k_ready, v_ready, k_empty, v_empty, sched = bars
+    k_smem, v_smem, k_ready, v_ready = ring.k_smem, ring.v_smem, ring.k_ready, ring.v_ready
+    k_empty, v_empty, sched = ring.k_empty, ring.v_empty, wg.sched
+    qk_scale, seq_k = sm.qk_scale, sm.seq_k
+    WG: gl.constexpr = wg.WG
+    CAUSAL: gl.constexpr = sm.CAUSAL
+    STAGES: gl.constexpr = ring.STAGES
+    PINGPONG: gl.constexpr = wg.PINGPONG
+    LAZY: gl.constexpr = sm.LAZY
     HEAD_DIM: gl.constexpr = q.shape[1]
     BLOCK_N: gl.constexpr = k_smem.shape[3]
     dtype: gl.constexpr = q.dtype
@@ -514,9 +553,10 @@ def _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0, n_tiles, n_fu
 
 
 @gluon.jit
-def _last_pv(acc, p16, v_smem, bars, it_last, STAGES: gl.constexpr):  # type: ignore[no-untyped-def]
+def _last_pv(acc, p16, ring, it_last):  # type: ignore[no-untyped-def]
     # The row block's last P·V, from ring position it_last.
-    _, _, v_ready, _, v_empty, _ = bars
+    v_smem, v_ready, v_empty = ring.v_smem, ring.v_ready, ring.v_empty
+    STAGES: gl.constexpr = ring.STAGES
     BLOCK_N: gl.constexpr = v_smem.shape[3]
     HEAD_DIM: gl.constexpr = v_smem.shape[4]
     sl = it_last % STAGES
@@ -529,26 +569,21 @@ def _last_pv(acc, p16, v_smem, bars, it_last, STAGES: gl.constexpr):  # type: ig
 
 
 @gluon.jit
-def _consumer(q_smem, q_bar, ring, sched, o_desc, sm, b, h, m0, n_tiles,  # type: ignore[no-untyped-def]
-              WG: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
-    # Consumer warpgroup WG of the per-tile kernel: rows m0 + WG * ROWS.., its own Q
+def _consumer(q_smem, q_bar, ring, wg, o_desc, sm, b, h, m0, n_tiles):  # type: ignore[no-untyped-def]
+    # Consumer warpgroup wg of the per-tile kernel: rows m0 + WG * ROWS.., its own Q
     # buffer (q_smem's entry WG), the softmax's inputs sm.
+    WG: gl.constexpr = wg.WG
     HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
-    k_smem, v_smem = ring.k_smem, ring.v_smem
-    STAGES: gl.constexpr = ring.STAGES
-    BLOCK_N: gl.constexpr = k_smem.shape[3]
-    bars = (q_bar, ring.k_ready, ring.v_ready, ring.k_empty, ring.v_empty, sched)
+    BLOCK_N: gl.constexpr = ring.k_smem.shape[3]
     row0 = m0 + WG * ROWS
     n_full = _n_full(row0, sm.seq_k, BLOCK_N, sm.CAUSAL)
     mbarrier.wait(q_bar, 0)
     q = q_smem.index(WG).reshape([ROWS, HEAD_DIM])
-    acc, p16, _, l_i = _consumer_loop(q, k_smem, v_smem, bars, sm.qk_scale, sm.seq_k, row0,
-                                      n_tiles, n_full, 0, 0, WG, sm.CAUSAL, STAGES, PINGPONG,
-                                      sm.LAZY)  # fmt: skip
-    acc = _last_pv(acc, p16, v_smem, bars, n_tiles - 1, STAGES)
+    acc, p16, _, l_i = _consumer_loop(q, ring, wg, sm, row0, n_tiles, n_full, 0, 0)
+    acc = _last_pv(acc, p16, ring, n_tiles - 1)
     # This warpgroup's Q buffer is free (its last Q·K^T retired): stage O there.
     _store_out(acc, l_i, q_smem.index(WG), o_desc, b, h, row0, o_layout)
 
@@ -638,10 +673,10 @@ def _attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_group, head
 
     gl.warp_specialize(
         [
-            (_consumer, (q_smem, q_bar, ring, sched, o_desc, sm, b, h, m0, n_tiles, 0,
-                         PINGPONG)),
-            (_consumer, (q_smem, q_bar, ring, sched, o_desc, sm, b, h, m0, n_tiles, 1,
-                         PINGPONG)),
+            (_consumer, (q_smem, q_bar, ring, Warpgroup(sched, 0, PINGPONG), o_desc, sm, b, h,
+                         m0, n_tiles)),
+            (_consumer, (q_smem, q_bar, ring, Warpgroup(sched, 1, PINGPONG), o_desc, sm, b, h,
+                         m0, n_tiles)),
             (_producer, (inputs, q_smem, q_bar, ring, b, h, hk, m0, n_tiles)),
         ],
         [4, 1],
@@ -847,17 +882,18 @@ def _producer_persistent(inputs, qs, ring, seq_k, kv_group, deal):  # type: igno
 
 
 @gluon.jit
-def _consume_piece(q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_k, i, tile,  # type: ignore[no-untyped-def]
-                   kb0, kb1, it, WG: gl.constexpr, CAUSAL: gl.constexpr,
-                   STAGES: gl.constexpr, PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                   WHOLE: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+def _consume_piece(qs, ring, wg, sm, i, tile, kb0, kb1, it, WHOLE: gl.constexpr):  # type: ignore[no-untyped-def]
     # The i-th row block of this CTA, tile = (row block, head, batch), from ring position
     # it: WHOLE, all its key tiles (kb0 = 0, kb1 unused), else key tiles [kb0, kb1) of a
     # run. Returns O (unnormalized), m and l of this warpgroup's rows, where they go, and
     # the count of key tiles.
     pid_m, h, b = tile
-    HEAD_DIM: gl.constexpr = o_desc.block_type.shape[3]
-    BLOCK_N: gl.constexpr = k_smem.shape[3]
+    seq_k = sm.seq_k
+    WG: gl.constexpr = wg.WG
+    CAUSAL: gl.constexpr = sm.CAUSAL
+    Q_BUFFERS: gl.constexpr = qs.Q_BUFFERS
+    HEAD_DIM: gl.constexpr = qs.q_smem.shape[4]
+    BLOCK_N: gl.constexpr = ring.k_smem.shape[3]
     m0 = pid_m * 2 * ROWS
     row0 = m0 + WG * ROWS
     if WHOLE:
@@ -865,17 +901,15 @@ def _consume_piece(q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_
     else:
         n_tiles = kb1 - kb0
     qb = i % Q_BUFFERS
-    mbarrier.wait(bars[0].index(qb), (i // Q_BUFFERS) & 1)
-    q = q_smem.index(2 * qb + WG).reshape([ROWS, HEAD_DIM])
+    mbarrier.wait(qs.ready.index(qb), (i // Q_BUFFERS) & 1)
+    q = qs.q_smem.index(2 * qb + WG).reshape([ROWS, HEAD_DIM])
     # Scheduler turns so far: n_tiles - 1 per earlier tile, i.e. it - i.
     n_full = _n_full(row0, seq_k, BLOCK_N, CAUSAL)
-    acc, p16, m_i, l_i = _consumer_loop(q, k_smem, v_smem, bars, qk_scale, seq_k, row0,
-                                        n_tiles, n_full, it, it - i, WG, CAUSAL, STAGES,
-                                        PINGPONG, LAZY, kb0)  # fmt: skip
+    acc, p16, m_i, l_i = _consumer_loop(q, ring, wg, sm, row0, n_tiles, n_full, it, it - i, kb0)
     # Every Q·K^T of this tile retired: the producer may load a later tile's Q into this
     # buffer while this warpgroup finishes P·V and stores O.
-    mbarrier.arrive(q_empty.index(qb))
-    acc = _last_pv(acc, p16, v_smem, bars, it + n_tiles - 1, STAGES)
+    mbarrier.arrive(qs.empty.index(qb))
+    acc = _last_pv(acc, p16, ring, it + n_tiles - 1)
     return acc, m_i, l_i, b, h, row0, n_tiles
 
 
@@ -900,7 +934,7 @@ def _finish_piece(part, workspace, pending, kb0, kb1, n_kb, o_smem, o_desc, b, h
     # done (a release right after the stores would wait for them). Returns the flag to
     # raise after the next piece (-1: none). part: the piece's O (unnormalized), m and l.
     acc, m_i, l_i = part
-    part_ptr, stat_ptr, flag_ptr = workspace
+    part_ptr, stat_ptr, flag_ptr = workspace.part_ptr, workspace.stat_ptr, workspace.flag_ptr
     _raise_parked(flag_ptr, pending)
     if kb1 < n_kb:
         slot = gl.program_id(0) + 1
@@ -922,30 +956,21 @@ def _finish_piece(part, workspace, pending, kb0, kb1, n_kb, o_smem, o_desc, b, h
 
 
 @gluon.jit
-def _consume_block(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale, seq_k,  # type: ignore[no-untyped-def]
-                   i, tile, it, WG: gl.constexpr, CAUSAL: gl.constexpr,
-                   STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-                   Q_BUFFERS: gl.constexpr, LAZY: gl.constexpr):  # fmt: skip
+def _consume_block(qs, ring, wg, o_smem, o_desc, sm, i, tile, it):  # type: ignore[no-untyped-def]
     # The i-th row block (tile) of this CTA, whole. Returns the ring position after it.
-    acc, _, l_i, b, h, row0, n_tiles = _consume_piece(q_smem, k_smem, v_smem, bars, q_empty,
-                                                      o_desc, qk_scale, seq_k, i, tile, 0, 0,
-                                                      it, WG, CAUSAL, STAGES, PINGPONG,
-                                                      Q_BUFFERS, True, LAZY)  # fmt: skip
+    acc, _, l_i, b, h, row0, n_tiles = _consume_piece(qs, ring, wg, sm, i, tile, 0, 0, it, True)
     _store_own(acc, l_i, o_smem, o_desc, b, h, row0)
     return it + n_tiles
 
 
 @gluon.jit
-def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, qk_scale,  # type: ignore[no-untyped-def]
-                         seq_k, n_m, heads, batch, group, part_ptr, stat_ptr, flag_ptr,
-                         WG: gl.constexpr, CAUSAL: gl.constexpr, STAGES: gl.constexpr,
-                         PINGPONG: gl.constexpr, Q_BUFFERS: gl.constexpr,
-                         SPLIT: gl.constexpr, PAIRED: gl.constexpr,
-                         LAZY: gl.constexpr):  # fmt: skip
-    BLOCK_N: gl.constexpr = k_smem.shape[3]
-    n_kb = gl.cdiv(seq_k, BLOCK_N)
-    workspace = (part_ptr, stat_ptr, flag_ptr)
-    deal = Deal(n_m, heads, batch, group, CAUSAL, SPLIT, PAIRED)
+def _consumer_persistent(qs, ring, wg, o_smem, o_desc, sm, deal, workspace):  # type: ignore[no-untyped-def]
+    # Consumer warpgroup wg of the persistent kernel: its output tiles as ``deal`` deals
+    # them, O staged in its own buffer (o_smem's entry WG).
+    WG: gl.constexpr = wg.WG
+    SPLIT: gl.constexpr = deal.SPLIT
+    BLOCK_N: gl.constexpr = ring.k_smem.shape[3]
+    n_kb = gl.cdiv(sm.seq_k, BLOCK_N)
     o_buf = o_smem.index(WG)
     if SPLIT:
         n_dp, first, n_run, u0, u1 = _runs(deal, n_kb)
@@ -956,9 +981,7 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
     # it does without SPLIT (constant key offset), which measured faster than one loop
     # over both.
     for i in range(n_dp):
-        it = _consume_block(q_smem, k_smem, v_smem, o_buf, bars, q_empty, o_desc, qk_scale,
-                            seq_k, i, _block_of(deal, i),
-                            it, WG, CAUSAL, STAGES, PINGPONG, Q_BUFFERS, LAZY)  # fmt: skip
+        it = _consume_block(qs, ring, wg, o_buf, o_desc, sm, i, _block_of(deal, i), it)
     if SPLIT:
         # The run's pieces last first: the part this run parks is parked early.
         pending = -1
@@ -966,13 +989,12 @@ def _consumer_persistent(q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc, 
             r = n_run - 1 - j
             kb0, kb1 = _key_part(first + r, u0, u1, n_kb)
             acc, m_i, l_i, b, h, row0, n_tiles = _consume_piece(
-                q_smem, k_smem, v_smem, bars, q_empty, o_desc, qk_scale, seq_k, n_dp + j,
-                _tile_of(deal, first + r), kb0, kb1, it, WG,
-                CAUSAL, STAGES, PINGPONG, Q_BUFFERS, False, LAZY)  # fmt: skip
+                qs, ring, wg, sm, n_dp + j, _tile_of(deal, first + r), kb0, kb1, it, False
+            )
             it += n_tiles
             pending = _finish_piece((acc, m_i, l_i), workspace, pending, kb0, kb1, n_kb, o_buf,
                                     o_desc, b, h, row0, WG)  # fmt: skip
-        _raise_parked(flag_ptr, pending)
+        _raise_parked(workspace.flag_ptr, pending)
     tma.store_wait(0)
 
 
@@ -998,21 +1020,18 @@ def _attn_fwd_ws_persistent(q_desc, k_desc, v_desc, o_desc, qk_scale, seq_k, kv_
         mbarrier.init(q_empty.index(i), count=2)  # one arrive per consumer warpgroup and tile
     k_ready, v_ready, k_empty, v_empty = _ring_barriers(STAGES)
     sched = _sched_barriers()
-    bars = (q_bar, k_ready, v_ready, k_empty, v_empty, sched)
     ring = KVRing(k_smem, v_smem, k_ready, v_ready, k_empty, v_empty, STAGES)
     qs = QBuffers(q_smem, q_bar, q_empty, Q_BUFFERS)
+    sm = Softmax(qk_scale, seq_k, CAUSAL, LAZY)
     deal = Deal(n_m, heads, batch, group, CAUSAL, SPLIT, PAIRED)
+    workspace = Workspace(part_ptr, stat_ptr, flag_ptr)
 
     gl.warp_specialize(
         [
-            (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
-                                    qk_scale, seq_k, n_m, heads, batch, group, part_ptr,
-                                    stat_ptr, flag_ptr, 0, CAUSAL, STAGES, PINGPONG,
-                                    Q_BUFFERS, SPLIT, PAIRED, LAZY)),
-            (_consumer_persistent, (q_smem, k_smem, v_smem, o_smem, bars, q_empty, o_desc,
-                                    qk_scale, seq_k, n_m, heads, batch, group, part_ptr,
-                                    stat_ptr, flag_ptr, 1, CAUSAL, STAGES, PINGPONG,
-                                    Q_BUFFERS, SPLIT, PAIRED, LAZY)),
+            (_consumer_persistent, (qs, ring, Warpgroup(sched, 0, PINGPONG), o_smem, o_desc,
+                                    sm, deal, workspace)),
+            (_consumer_persistent, (qs, ring, Warpgroup(sched, 1, PINGPONG), o_smem, o_desc,
+                                    sm, deal, workspace)),
             (_producer_persistent, (Inputs(q_desc, k_desc, v_desc), qs, ring, seq_k,
                                     kv_group, deal)),
         ],

@@ -50,14 +50,18 @@ def test_workspaces_are_kept_per_stream_and_bounded(monkeypatch):
 
 def test_the_timeline_tool_still_patches_the_kernel():
     # benchmarks/trace_persistent.py builds a traced copy of the kernel by substitution:
-    # every snippet it replaces is still there, once.
+    # every snippet it replaces is still there, once. The trace pointer reaches the
+    # consumers in their Warpgroup bundle, not through the helpers' signatures.
     from benchmarks import trace_persistent
 
     source = trace_persistent.KERNEL.read_text()
     traced = trace_persistent.traced_source(source)
     assert traced.count("_now()") > source.count("_now()")
+    for wg in (0, 1):
+        assert f"Warpgroup(sched, {wg}, PINGPONG, trace_ptr)" in traced
+    assert "tr = wg.trace + gl.program_id(0)" in traced
     with pytest.raises(ValueError, match="trace_persistent"):
-        trace_persistent.traced_source(source.replace("stat_ptr, flag_ptr, 0, CAUSAL", ""))
+        trace_persistent.traced_source(source.replace("_block_of(deal, i), it)", ""))
 
 
 @pytest.mark.parametrize(
