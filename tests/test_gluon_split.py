@@ -64,6 +64,49 @@ def test_the_timeline_tool_still_patches_the_kernel():
         trace_persistent.traced_source(source.replace("_block_of(deal, i), it)", ""))
 
 
+def _jit_functions(source: str) -> dict[str, int]:
+    # Each @gluon.jit function of a module's source -> its count of parameters.
+    import ast
+
+    counts = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef) and any(
+            ast.unparse(d) == "gluon.jit" for d in node.decorator_list
+        ):
+            a = node.args
+            counts[node.name] = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs)
+    return counts
+
+
+def _launched(source: str) -> set[str]:
+    # The functions the module launches with a grid: ``name[grid](...)``.
+    import ast
+
+    return {
+        node.func.value.id
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Subscript)
+        and isinstance(node.func.value, ast.Name)
+    }
+
+
+def test_kernel_helpers_take_at_most_twelve_arguments():
+    # Shared state rides in aggregates (KVRing, QBuffers, Warpgroup, Softmax, Deal,
+    # Workspace, ...), which is also how the trace tools reach the consumers. Only the
+    # launched kernels take their arguments one by one (no aggregate at launch in 3.6).
+    from benchmarks import trace_persistent
+
+    source = trace_persistent.KERNEL.read_text()
+    counts = _jit_functions(source)
+    launched = _launched(source) & set(counts)
+    assert launched == {"_attn_fwd_ws", "_attn_fwd_ws_persistent", "_attn_fwd_simple"}
+    assert {"_consumer_loop", "_consume_piece", "_consume_block",
+            "_consumer_persistent"} <= set(counts)  # fmt: skip
+    too_long = {name: n for name, n in counts.items() if name not in launched and n > 12}
+    assert not too_long, too_long
+
+
 @pytest.mark.parametrize(
     "text",
     ["4,16,16,2048,64,bfloat16", "4,16,16,2048,64,float32,ws-persistent",
