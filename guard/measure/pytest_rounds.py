@@ -32,8 +32,9 @@ from pathlib import Path
 from guard.base.errors import BadInput, InfraError, shown
 from guard.measure.proc import run_group, strays_text
 from guard.measure.runner import Progress, ProgressFn, _noop
-from guard.store import pytest_runs, results
-from guard.store.results import PytestBenchmarkFile, RoundInfo, RunResult
+from guard.store import pytest_benchmark, pytest_runs, results
+from guard.store.pytest_benchmark import PytestBenchmarkFile
+from guard.store.results import RoundInfo, RunResult
 
 ROUND_TIMEOUT_S = 600.0  # one pytest process
 OUTPUT_TAIL_BYTES = 8 * 1024  # of a failed round's output, in its message
@@ -126,7 +127,7 @@ def parse_args(args: Sequence[str], threshold: str | None) -> tuple[tuple[str, .
                 value = items[i]
             for part in value.split(","):
                 try:
-                    results.pytest_case("x", part.strip())
+                    pytest_benchmark.pytest_case("x", part.strip())
                 except ValueError as exc:
                     raise BadInput(
                         f"--pytest {COMPARE_FAIL}={value}: {exc} (only the median and the "
@@ -139,9 +140,9 @@ def parse_args(args: Sequence[str], threshold: str | None) -> tuple[tuple[str, .
         i += 1
     if found and threshold:
         raise BadInput(f"--threshold {threshold} and --pytest {COMPARE_FAIL}: give one of them")
-    chosen = threshold or found or results.PYTEST_LIVE_THRESHOLD
+    chosen = threshold or found or pytest_benchmark.PYTEST_LIVE_THRESHOLD
     try:
-        results.pytest_case("x", chosen)
+        pytest_benchmark.pytest_case("x", chosen)
     except ValueError as exc:
         raise BadInput(f"--threshold {chosen}: {exc}") from None
     return tuple(out), chosen
@@ -156,7 +157,7 @@ class PytestSession:
         args: Sequence[str],
         *,
         device: str = "auto",
-        threshold: str = results.PYTEST_LIVE_THRESHOLD,
+        threshold: str = pytest_benchmark.PYTEST_LIVE_THRESHOLD,
         timeout_s: float = ROUND_TIMEOUT_S,
         progress: ProgressFn = _noop,
         python: str = sys.executable,

@@ -64,6 +64,7 @@ from guard.base import limits, stats
 from guard.base.errors import BadInput, shown
 from guard.store import results
 from guard.store.changepoint import Step, detect_steps
+from guard.store.pytest_benchmark import is_pytest_id, pairing_key, unfold_v2_name
 from guard.store.results import OK, RunResult
 
 DEFAULT_DB = Path(".guard/history.sqlite")
@@ -548,25 +549,25 @@ def _distinct(conn: sqlite3.Connection, column: str, case_id: str | None = None)
 
 def _stored_ids(case_id: str) -> tuple[str, ...]:
     """The ids a case's rows may be stored under: its own, and for a pytest case the
-    form a guard of results schema 2 appended (``results.pairing_key``: its node id's
-    "/" as "|"), so that one benchmark keeps one series across that change."""
-    folded = results.pairing_key(case_id)
+    form a guard of results schema 2 appended (``pytest_benchmark.pairing_key``: its node
+    id's "/" as "|"), so that one benchmark keeps one series across that change."""
+    folded = pairing_key(case_id)
     return (case_id,) if folded == case_id else (case_id, folded)
 
 
 def _case_ids(conn: sqlite3.Connection) -> list[str]:
     """Every case id with history, sorted; a pytest case appended in schema 2's form
-    ("|" for "/") under its verbatim node id when a later run stored that, else with
-    its path's "/" restored (``results.unfold_v2_name``; ``_stored_ids`` finds it)."""
+    ("|" for "/") under its verbatim node id when a later run stored that, else with its
+    path's "/" restored (``pytest_benchmark.unfold_v2_name``; ``_stored_ids`` finds it)."""
     ids = _distinct(conn, "case_id")
-    verbatim = {k for i in ids if (k := results.pairing_key(i)) != i}
+    verbatim = {k for i in ids if (k := pairing_key(i)) != i}
     out = set()
     for case_id in ids:
-        if results.is_pytest_id(case_id) and results.pairing_key(case_id) == case_id:
+        if is_pytest_id(case_id) and pairing_key(case_id) == case_id:
             if case_id in verbatim:  # read with the rows of its verbatim id
                 continue
             kernel, _, name = case_id.partition("/")
-            case_id = f"{kernel}/{results.unfold_v2_name(name)}"
+            case_id = f"{kernel}/{unfold_v2_name(name)}"
         out.add(case_id)
     return sorted(out)
 

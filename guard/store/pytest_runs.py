@@ -1,9 +1,9 @@
 """Several pytest-benchmark runs a side: each file one round.
 
 One pytest-benchmark file is what one pytest process measured, so its samples are one
-round (``results.PytestBenchmarkFile``). Several files of the same benchmarks on the same
-machine (a ``.benchmarks/`` folder of saved runs, or the rounds ``guard compare --against
-REF --pytest`` runs) are several rounds, which is what an interval needs: each
+round (``pytest_benchmark.PytestBenchmarkFile``). Several files of the same benchmarks on
+the same machine (a ``.benchmarks/`` folder of saved runs, or the rounds ``guard compare
+--against REF --pytest`` runs) are several rounds, which is what an interval needs: each
 benchmark becomes a case whose rounds are its samples in each file, in file order.
 
 Benchmarks are matched by ``fullname`` and ``params``. All files must come from one
@@ -24,17 +24,9 @@ import numpy as np
 from guard.base import files, limits
 from guard.base.errors import BadInput, shown
 from guard.base.stats import Threshold
-from guard.store import results
-from guard.store.results import (
-    OK,
-    PYTEST_METHOD,
-    SCHEMA_VERSION,
-    WRONG,
-    CaseResult,
-    PytestBenchmarkFile,
-    RoundInfo,
-    RunResult,
-)
+from guard.store import fields, pytest_benchmark, results
+from guard.store.pytest_benchmark import PYTEST_METHOD, PytestBenchmarkFile
+from guard.store.results import OK, SCHEMA_VERSION, WRONG, CaseResult, RoundInfo, RunResult
 
 # ``machine_info`` fields (dotted: nested) that must agree between files: what runs
 # the benchmarks. Not the date, not the commit.
@@ -87,12 +79,12 @@ def read_file(path: str | Path) -> PytestBenchmarkFile:
             f"{path}: a guard results file, not a pytest-benchmark run; compare guard "
             "files as two files (guard compare BASELINE CANDIDATE)"
         )
-    return results.read_pytest_benchmark(data, str(path))
+    return pytest_benchmark.read_pytest_benchmark(data, str(path))
 
 
 def read_pytest_json(path: str | Path, source: str) -> PytestBenchmarkFile:
     """A pytest-benchmark JSON file that errors call ``source`` (a round, not a path)."""
-    return results.read_pytest_benchmark(_stream(path, source), source)
+    return pytest_benchmark.read_pytest_benchmark(_stream(path, source), source)
 
 
 # The top-level fields of a pytest-benchmark file that the guard reads besides its
@@ -106,44 +98,43 @@ def _stream(path: str | Path, source: str) -> dict[str, Any]:
     time, each one's ``stats.data`` reduced to ``KEPT_SAMPLES`` quantiles as it is read
     (``kept``), so that a file of pytest-benchmark's defaults (tens of MB, up to 200k
     samples a benchmark) costs the memory of one benchmark. What is not valid is left
-    as it is, for ``results.read_pytest_benchmark`` to name."""
+    as it is, for ``pytest_benchmark.read_pytest_benchmark`` to name.
+
+    Only the parsing is this module's own: ``results.load`` parses a file whole
+    (``json.loads``), which would hold every sample of such a file in memory at once.
+    What the stream yields is validated by the reader of a single pytest-benchmark file,
+    and a file that cannot be read is named as ``results.load`` names it
+    (``fields.reading``)."""
     import ijson
 
     def passes() -> Any:
         return files.open_bounded(path, limits.MAX_PYTEST_FILE_BYTES)
 
     doc: dict[str, Any] = {}
-    try:
-        with passes() as fh:
-            seen = set()
-            for prefix, event, value in ijson.parse(fh, use_float=True):
-                if prefix == "" and event == "map_key":
-                    seen.add(value)
-                elif prefix in _TOP_SCALARS and event in ("string", "number", "null"):
-                    doc[prefix] = value
-                elif prefix == "" and event not in ("start_map", "end_map"):
-                    raise BadInput(
-                        f"{source}: not a results file (the top level must be a JSON object)"
-                    )
-        for key in _TOP_OBJECTS:
-            if key in seen:
-                with passes() as fh:
-                    doc[key] = next(iter(ijson.items(fh, key, use_float=True)), None)
-        if "guard" in seen:
-            doc["guard"] = True  # a guard results file: read_file says so
-        if "benchmarks" in seen:
+    with fields.reading(source):
+        try:
             with passes() as fh:
-                doc["benchmarks"] = [
-                    _reduced(b) for b in ijson.items(fh, "benchmarks.item", use_float=True)
-                ]
-    except FileNotFoundError:
-        raise BadInput(f"{source}: file not found") from None
-    except files.FileRefused as exc:
-        raise BadInput(f"{source}: {exc}") from None
-    except ijson.JSONError as exc:
-        raise BadInput(f"{source}: not valid JSON ({exc})") from None
-    except OSError as exc:
-        raise BadInput(f"{source}: cannot read ({exc})") from None
+                seen = set()
+                for prefix, event, value in ijson.parse(fh, use_float=True):
+                    if prefix == "" and event == "map_key":
+                        seen.add(value)
+                    elif prefix in _TOP_SCALARS and event in ("string", "number", "null"):
+                        doc[prefix] = value
+                    elif prefix == "" and event not in ("start_map", "end_map"):
+                        raise fields.not_an_object(source)
+            for key in _TOP_OBJECTS:
+                if key in seen:
+                    with passes() as fh:
+                        doc[key] = next(iter(ijson.items(fh, key, use_float=True)), None)
+            if "guard" in seen:
+                doc["guard"] = True  # a guard results file: read_file says so
+            if "benchmarks" in seen:
+                with passes() as fh:
+                    doc["benchmarks"] = [
+                        _reduced(b) for b in ijson.items(fh, "benchmarks.item", use_float=True)
+                    ]
+        except ijson.JSONError as exc:
+            raise BadInput(f"{source}: not valid JSON ({exc})") from None
     return doc
 
 
@@ -234,7 +225,7 @@ def rounds_run(
     *,
     label: str,
     arm: str,
-    threshold: str = results.PYTEST_THRESHOLD,
+    threshold: str = pytest_benchmark.PYTEST_THRESHOLD,
     wrong: Mapping[str, str] | None = None,
     notes: Sequence[str] = (),
 ) -> RunResult:
@@ -256,7 +247,7 @@ def rounds_run(
                 continue
             trimmed = trimmed or len(samples) > KEPT_SAMPLES
             rounds.append(kept(samples))
-        case = results.pytest_case(name, threshold)
+        case = pytest_benchmark.pytest_case(name, threshold)
         if name in wrong:
             cases.append(CaseResult(case=case, status=WRONG, reason=wrong.pop(name)))
         else:
@@ -265,7 +256,7 @@ def rounds_run(
             )
     for name, why in wrong.items():  # failed tests that measured nothing
         cases.append(
-            CaseResult(case=results.pytest_case(name, threshold), status=WRONG, reason=why)
+            CaseResult(case=pytest_benchmark.pytest_case(name, threshold), status=WRONG, reason=why)
         )
     all_notes = list(notes)
     if fastest:
@@ -314,7 +305,7 @@ def describe(paths: Sequence[str | Path], count: int) -> str:
 def load_sides(
     baseline: Sequence[str | Path],
     candidate: Sequence[str | Path],
-    threshold: str = results.PYTEST_THRESHOLD,
+    threshold: str = pytest_benchmark.PYTEST_THRESHOLD,
 ) -> tuple[RunResult, RunResult]:
     """Both sides' saved runs as two runs of several rounds each, after checking that
     every file (both sides) comes from one machine and each side's files hold the same

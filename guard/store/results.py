@@ -5,7 +5,8 @@ The file is a pytest-benchmark JSON document (``machine_info``, ``commit_info``,
 carries the guard's own record under the key ``guard`` with an integer
 ``schema_version`` that is independent of the package version.
 
-Format changes (bump ``SCHEMA_VERSION`` and add ``migrate_to_N`` for each):
+Format changes (bump ``SCHEMA_VERSION`` and add ``migrate_to_N`` to ``guard.store.migrate``
+for each):
   1 (2026-11): first version.
   2 (2026-11): per case ``fingerprint`` (what ran on the GPU: ``guard.measure.fingerprint``)
      and ``resources`` (compiler resources per arch: ``guard.measure.resources``); version 1
@@ -24,39 +25,42 @@ Format changes (bump ``SCHEMA_VERSION`` and add ``migrate_to_N`` for each):
      a parameter id, so files of either form pair by ``pairing_key`` where the exact
      id finds nothing (``RunResult.case``). Other cases' names still hold no "/".
 
-Readers migrate older files and refuse newer ones; every field is validated on
-load and a failure raises ``BadInput`` naming the file and the field; only a regular
-file is read, up to ``limits.MAX_FILE_BYTES`` (``guard.base.files``). Writers write
-atomically (temporary file in the same folder, fsync, rename; removed on any failure).
+Readers migrate older files (``guard.store.migrate``) and refuse newer ones; every field
+is validated on load and a failure raises ``BadInput`` naming the file and the field
+(``guard.store.fields``); only a regular file is read, up to ``limits.MAX_FILE_BYTES``
+(``guard.base.files``). A file without the ``guard`` record is read as plain
+pytest-benchmark (``guard.store.pytest_benchmark``). Writers write atomically
+(``guard.store.atomic``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import enum
-import errno
 import json
-import math
-import os
 import platform
-import re
-import stat
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from guard.base import files, limits, stats
-from guard.base.errors import BadInput, ExitCode, GuardError, cut, shown
-from guard.base.unwind import sigterm_unwinds
+from guard.base.errors import BadInput, shown
+from guard.store import atomic, migrate
+from guard.store.fields import Reader, check_numbers, not_an_object, reading
 from guard.store.kernel_resources import KernelResources
+from guard.store.pytest_benchmark import (
+    PYTEST_BENCHMARK_NOTE,
+    PYTEST_BENCHMARK_VERSION,
+    PYTEST_KERNEL,
+    PYTEST_METHOD,
+    is_pytest_id,
+    pairing_key,
+    pytest_case,
+    read_checked,
+)
 from guard.store.suite import Case
 
 SCHEMA_VERSION = 3
-PYTEST_BENCHMARK_VERSION = "5.2.3"  # the format we write
-PYTEST_BENCHMARK_MAJORS = (3, 4, 5)  # the formats we read: same layout of stats.data
 
 
 # Case status values. Only OK cases carry samples.
@@ -370,161 +374,14 @@ def to_json(run: RunResult) -> dict[str, Any]:
     }
 
 
-class CannotWrite(GuardError, OSError):
-    """A file the guard was asked to write cannot be: the message names the path and
-    why (a directory, a path under a regular file, no permission). Exit 2, or 3 when
-    the disk failed or is full; an ``OSError`` too, for callers that catch those, whose
-    ``strerror`` is the why alone (for a caller that names the path itself)."""
-
-    def __init__(self, path: Path, why: str, exit_code: ExitCode | None = None) -> None:
-        super().__init__(f"{path}: cannot write: {why}", exit_code)
-        self.strerror = why  # errno stays None, so str() stays the message above
-
-
-def not_a_regular_file(path: str | Path) -> str:
-    """Why an output ``path`` that exists must not be replaced ("" when it may be: it does
-    not exist, or is a regular file or a directory, which the callers refuse by name): a
-    link, FIFO, socket or device. Output files are written whole and renamed into
-    place, which would replace such a thing rather than write to it."""
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return ""
-    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
-        return ""
-    kind = (
-        "a symbolic link" if stat.S_ISLNK(mode)
-        else "a FIFO" if stat.S_ISFIFO(mode)
-        else "a socket" if stat.S_ISSOCK(mode)
-        else "a device"
-    )  # fmt: skip
-    return f"it is {kind}, not a regular file: refused (give a new path or a regular file)"
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new, never half,
-    and no temporary file stays behind: not on an error, Ctrl-C or SIGTERM (which unwinds
-    while writing, on the main thread). ``CannotWrite`` when the path cannot be written."""
-
-    path = Path(path)
-    with sigterm_unwinds():
-        special = not_a_regular_file(path)
-        if special:  # replacing it would destroy it (/dev/full as root) or fool a reader
-            raise CannotWrite(path, special)
-        try:
-            if path.is_dir():  # os.replace's error would name the temporary file
-                raise IsADirectoryError(errno.EISDIR, "it is a directory")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        except OSError as exc:
-            raise _cannot_write(path, exc) from None
-        try:
-            os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 -> what open() would have made
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException as exc:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            if isinstance(exc, OSError):
-                raise _cannot_write(path, exc) from None
-            raise
-
-
-def _cannot_write(path: Path, exc: OSError) -> CannotWrite:
-    blocker = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
-    why = f"{blocker} is not a directory" if blocker else (exc.strerror or str(exc))
-    failed = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO)  # the machine, not the path
-    return CannotWrite(path, why, ExitCode.INFRA if failed else None)
-
-
-def _umask() -> int:
-    """The process's umask: read from /proc on Linux (setting it to read it back, the
-    portable way, would briefly change it for every thread)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def save(run: RunResult, path: str | Path) -> None:
-    write_atomic(path, json.dumps(to_json(run), indent=1, allow_nan=False) + "\n")
+    atomic.write_atomic(path, json.dumps(to_json(run), indent=1, allow_nan=False) + "\n")
 
 
 # ------------------------------------------------------------------------- reading
 
 
-class _Reader:
-    """Typed field access that names the file and field on failure."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.samples = 0  # read so far, against MAX_SAMPLES_PER_FILE
-
-    def fail(self, where: str, msg: str) -> BadInput:
-        return BadInput(f"{self.source}: {where}: {msg}")
-
-    def get(
-        self, data: Any, key: str, where: str, kind: type | tuple[type, ...], default: Any = ...
-    ) -> Any:
-        if not isinstance(data, dict):
-            raise self.fail(where, "must be an object")
-        if key not in data:
-            if default is ...:
-                raise self.fail(f"{where}.{key}" if where else key, "missing")
-            return default
-        value = data[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if isinstance(value, bool) and bool not in kinds:
-            raise self.fail(f"{where}.{key}" if where else key, f"must be {kinds[0].__name__}")
-        if not isinstance(value, kinds):
-            raise self.fail(
-                f"{where}.{key}" if where else key,
-                f"must be {' or '.join(k.__name__ for k in kinds)}, got {type(value).__name__}",
-            )
-        return value
-
-    def times(self, value: Any, where: str) -> tuple[float, ...]:
-        """Per-call seconds, each in [MIN_TIME_S, MAX_TIME_S]: outside that range a
-        time is no measurement, and inside it every ratio and sum stays finite."""
-        if not isinstance(value, list):
-            raise self.fail(where, "must be a list of times")
-        self.at_most(len(value), limits.MAX_SAMPLES_PER_ROUND, "samples in one round", where)
-        self.samples += len(value)
-        self.at_most(self.samples, limits.MAX_SAMPLES_PER_FILE, "samples in the file so far", where)
-        out = []
-        for i, x in enumerate(value):
-            if isinstance(x, bool) or not isinstance(x, (int, float)):
-                raise self.fail(f"{where}[{i}]", f"must be a number, got {type(x).__name__}")
-            if not limits.MIN_TIME_S <= x <= limits.MAX_TIME_S:
-                raise self.fail(
-                    f"{where}[{i}]",
-                    f"must be a time from {limits.MIN_TIME_S:g} to {limits.MAX_TIME_S:g} "
-                    f"seconds, got {shown(x)}",
-                )
-            out.append(float(x))
-        return tuple(out)
-
-    def at_most(self, count: int, limit: int, what: str, where: str) -> None:
-        if count > limit:
-            raise self.fail(where, f"{count} {what}, over the limit of {limit}")
-
-    def opt_float(self, data: dict[str, Any], key: str, where: str) -> float | None:
-        value = self.get(data, key, where, (int, float, type(None)), None)
-        if value is not None and not math.isfinite(value):
-            raise self.fail(f"{where}.{key}", "must be finite")
-        return None if value is None else float(value)
-
-
-def _rounds(reader: _Reader, rec: Any, key: str, where: str) -> tuple[tuple[float, ...], ...]:
+def _rounds(reader: Reader, rec: Any, key: str, where: str) -> tuple[tuple[float, ...], ...]:
     raw = reader.get(rec, key, where, list, [])
     where = f"{where}.{key}"
     reader.at_most(len(raw), limits.MAX_ROUNDS_PER_CASE, "rounds", where)
@@ -533,7 +390,7 @@ def _rounds(reader: _Reader, rec: Any, key: str, where: str) -> tuple[tuple[floa
     return tuple(reader.times(r, f"{where}[{i}]") for i, r in enumerate(raw))
 
 
-def _case_from(reader: _Reader, rec: Any, where: str) -> CaseResult:
+def _case_from(reader: Reader, rec: Any, where: str) -> CaseResult:
     from guard.base.stats import Threshold
     from guard.store.suite import DTYPES, Shape
 
@@ -617,7 +474,7 @@ def _case_from(reader: _Reader, rec: Any, where: str) -> CaseResult:
     )
 
 
-def _round_gpus(reader: _Reader, rec: Any, where: str, n_rounds: int) -> tuple[str, ...]:
+def _round_gpus(reader: Reader, rec: Any, where: str, n_rounds: int) -> tuple[str, ...]:
     gpus = reader.get(rec, "round_gpus", where, list, [])
     if gpus and (len(gpus) != n_rounds or not all(isinstance(g, str) for g in gpus)):
         raise reader.fail(f"{where}.round_gpus", f"must be {n_rounds} strings, one per round")
@@ -640,7 +497,7 @@ _ENV_STR = (
 )
 
 
-def _environment_from(reader: _Reader, data: Any, where: str) -> Environment:
+def _environment_from(reader: Reader, data: Any, where: str) -> Environment:
     values: dict[str, Any] = {}
     for key in _ENV_STR:
         values[key] = reader.get(data, key, where, str, "")
@@ -659,7 +516,7 @@ def _environment_from(reader: _Reader, data: Any, where: str) -> Environment:
     return Environment(**values)
 
 
-def _resources(reader: _Reader, rec: dict[str, Any], where: str) -> tuple[dict[str, Any], ...]:
+def _resources(reader: Reader, rec: dict[str, Any], where: str) -> tuple[dict[str, Any], ...]:
     """Each record validated as ``guard.store.kernel_resources.KernelResources``, kept as JSON."""
 
     items = reader.get(rec, "resources", where, list, [])
@@ -676,7 +533,7 @@ MAX_FIRST_CALLS = 64  # kernels named in one round's ``phases.first_calls``
 MAX_KERNEL_NAME = 200  # characters
 
 
-def _phases_from(reader: _Reader, raw: dict[str, Any], where: str) -> RoundPhases | None:
+def _phases_from(reader: Reader, raw: dict[str, Any], where: str) -> RoundPhases | None:
     """A round's ``phases`` (``{}``: none recorded); keys this guard does not know are
     left alone, as a round's own are."""
     if not raw:
@@ -710,97 +567,15 @@ def _phases_from(reader: _Reader, raw: dict[str, Any], where: str) -> RoundPhase
     return RoundPhases(workers=workers, prestarted=prestarted, first_calls=first_calls, **values)
 
 
-def migrate_to_2(record: dict[str, Any]) -> dict[str, Any]:
-    """Version 1 had no fingerprints or resources: every case reads as unknown."""
-    for case in record.get("cases", []) if isinstance(record.get("cases"), list) else []:
-        if isinstance(case, dict):
-            case.setdefault("fingerprint", "")
-            case.setdefault("resources", [])
-    return record
-
-
-def migrate_to_3(record: dict[str, Any]) -> dict[str, Any]:
-    """Version 2 named a pytest case by its node id with "/" and "\\" as "|": the path's
-    "/" come back (``unfold_v2_name``); the rest pairs by ``pairing_key``."""
-    for case in record.get("cases", []) if isinstance(record.get("cases"), list) else []:
-        data = case.get("case") if isinstance(case, dict) else None
-        if (
-            isinstance(data, dict)
-            and data.get("kernel") == PYTEST_KERNEL
-            and isinstance(data.get("name"), str)
-        ):
-            data["name"] = unfold_v2_name(data["name"])
-            if isinstance(case.get("id"), str):
-                case["id"] = f"{PYTEST_KERNEL}/{data['name']}"
-    return record
-
-
-# Migrations: MIGRATIONS[n] turns a version n-1 "guard" record into version n.
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {
-    2: migrate_to_2,
-    3: migrate_to_3,
-}
-
-
-def _migrate(reader: _Reader, record: dict[str, Any]) -> dict[str, Any]:
-    version = reader.get(record, "schema_version", "guard", int)
-    if version > SCHEMA_VERSION:
-        raise reader.fail(
-            "guard.schema_version",
-            f"version {version} is newer than this guard understands ({SCHEMA_VERSION}); "
-            "upgrade the guard",
-        )
-    if version < 1:
-        raise reader.fail("guard.schema_version", f"invalid version {version}")
-    while version < SCHEMA_VERSION:
-        version += 1
-        record = MIGRATIONS[version](record)
-        record["schema_version"] = version
-    return record
-
-
-def _bad_number(value: Any) -> str:
-    """Why a JSON value is a number that a float cannot hold ("" if it is not)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return f"{value} is not a finite number"
-    if isinstance(value, int) and abs(value) > limits.MAX_INT:
-        return f"an integer of {len(str(value))} digits is out of range"
-    return ""
-
-
-def _check_numbers(reader: _Reader, data: Any) -> None:
-    """Refuse, naming its field, any number that a float cannot hold: JSON reads
-    ``1e999`` as inf, and an integer of hundreds of digits overflows ``float()``.
-    A first pass only looks (no paths: cheap on big files); a second one names."""
-
-    def walk(with_paths: bool) -> None:
-        stack: list[tuple[Any, tuple[Any, ...]]] = [(data, ())]
-        while stack:
-            node, path = stack.pop()
-            for key, value in node.items() if isinstance(node, dict) else enumerate(node):
-                if isinstance(value, (dict, list)):
-                    stack.append((value, (*path, key) if with_paths else ()))
-                elif (what := _bad_number(value)) and not with_paths:
-                    return walk(True)
-                elif what:
-                    where = "".join(
-                        f"[{k}]" if isinstance(k, int) else f".{k}" for k in (*path, key)
-                    )
-                    raise reader.fail(cut(where.lstrip(".")), what)
-        return None
-
-    walk(False)
-
-
 def from_json(data: Any, source: str) -> RunResult:
     """Parse a results or baseline document (the guard's own, or plain pytest-benchmark)."""
-    reader = _Reader(source)
+    reader = Reader(source)
     if not isinstance(data, dict):
-        raise BadInput(f"{source}: not a results file (the top level must be a JSON object)")
-    _check_numbers(reader, data)
+        raise not_an_object(source)
+    check_numbers(reader, data)
     if "guard" not in data:
         return _from_pytest_benchmark(reader, data)
-    record = _migrate(reader, reader.get(data, "guard", "", dict))
+    record = migrate.to_current(reader, reader.get(data, "guard", "", dict), SCHEMA_VERSION)
     env = _environment_from(
         reader, reader.get(record, "environment", "guard", dict), "guard.environment"
     )
@@ -844,156 +619,6 @@ def from_json(data: Any, source: str) -> RunResult:
     )
 
 
-PYTEST_BENCHMARK_NOTE = (
-    "pytest-benchmark file: one process, so one round per benchmark; its samples are "
-    "correlated and the noise between runs is unknown (several saved runs a side: "
-    "--baseline-runs and --candidate-runs; a paired run: --against REF --pytest ARGS)"
-)
-PYTEST_KERNEL = "pytest"  # the kernel name of every pytest-benchmark case
-PYTEST_METHOD = "pytest-benchmark"  # CaseResult.method of a pytest-benchmark case
-# pytest-benchmark has no threshold of its own. Saved runs (a fixed count of files a
-# side): each round by its median. Rounds the guard runs itself (--pytest), where it can
-# run more: each round by its fastest sample, as pytest-benchmark's own `compare` sorts
-# by min; on a CPU shared with other work the median left one of two unchanged runs
-# undecided where min:5% decided every run (docs/PYTEST.md).
-PYTEST_THRESHOLD = "median:5%"
-PYTEST_LIVE_THRESHOLD = "min:5%"
-
-
-@dataclass(frozen=True)
-class PytestBenchmark:
-    """One benchmark of a pytest-benchmark file: what one process measured of it."""
-
-    name: str  # the case's name: ``fullname`` (``name`` in old files), the node id verbatim
-    fullname: str
-    params: str  # ``params`` as canonical JSON ("null" when there are none)
-    samples: tuple[float, ...]  # ``stats.data``: seconds per call
-
-
-@dataclass(frozen=True)
-class PytestBenchmarkFile:
-    """A plain pytest-benchmark JSON document (saved with ``--benchmark-save-data``)."""
-
-    source: str
-    version: str
-    machine: dict[str, Any]  # ``machine_info`` as written
-    commit: str
-    created: str
-    benchmarks: tuple[PytestBenchmark, ...]
-
-
-def is_pytest_id(case_id: str) -> bool:
-    """Whether ``case_id`` names a pytest-benchmark case: ``pytest/`` and a node id."""
-    return case_id.startswith(PYTEST_KERNEL + "/")
-
-
-def _folded(name: str) -> str:
-    return name.replace("/", "|").replace("\\", "|")
-
-
-def pairing_key(case_id: str) -> str:
-    """What pairs a case with its counterpart in another file: its id, except that a
-    pytest case's node id has its "/" and "\\" folded to "|", the form schema 2 stored.
-    Lossy (a "|" of a parameter id folds alike), so only where the exact id finds
-    nothing."""
-    if not is_pytest_id(case_id):
-        return case_id
-    return PYTEST_KERNEL + "/" + _folded(case_id[len(PYTEST_KERNEL) + 1 :])
-
-
-def names_case(entry: str, case: Case) -> bool:
-    """Whether ``entry`` (a ``--cases`` word) names ``case``: its name or its id; a
-    pytest case also in schema 2's form, and a case read from a schema 2 file by its
-    verbatim node id (``pairing_key``)."""
-    if entry in (case.name, case.id):
-        return True
-    if case.kernel != PYTEST_KERNEL:
-        return False
-    key = pairing_key(case.id)
-    return key in (pairing_key(entry), pairing_key(f"{PYTEST_KERNEL}/{entry}"))
-
-
-def unfold_v2_name(name: str) -> str:
-    """A pytest case's name as schema 2 stored it, as near the node id as it can be
-    told: the "|" of the path (before the first "::") were "/" (pytest writes node ids
-    with "/" on every system); after it a "|" may have been a "/" or a "|" and stays."""
-    path, sep, rest = name.partition("::")
-    return path.replace("|", "/") + sep + rest if sep else name
-
-
-def pytest_case(name: str, threshold: str = PYTEST_THRESHOLD) -> Case:
-    """The case a pytest-benchmark benchmark is compared as (gated, kernel "pytest")."""
-    from guard.base.stats import Threshold
-    from guard.store.suite import Shape
-
-    return Case(
-        name, PYTEST_KERNEL, Shape(1, 1, 1, 1), "float32", False, Threshold.parse(threshold), True
-    )
-
-
-def read_pytest_benchmark(data: Any, source: str) -> PytestBenchmarkFile:
-    """Validate a plain pytest-benchmark document (``BadInput`` names the file and field)."""
-    reader = _Reader(source)
-    if not isinstance(data, dict):
-        raise BadInput(f"{source}: not a results file (the top level must be a JSON object)")
-    _check_numbers(reader, data)
-    return _read_pytest_benchmark(reader, data)
-
-
-def _read_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> PytestBenchmarkFile:
-    version = reader.get(data, "version", "", str)
-    major = re.match(r"(\d{1,6})\.", version)
-    if major is None or int(major.group(1)) not in PYTEST_BENCHMARK_MAJORS:
-        known = ", ".join(f"{m}.x" for m in PYTEST_BENCHMARK_MAJORS)
-        raise reader.fail(
-            "version",
-            f"pytest-benchmark version {shown(version)} is not one this guard reads ({known})",
-        )
-    benches = reader.get(data, "benchmarks", "", list)
-    reader.at_most(len(benches), limits.MAX_CASES, "benchmarks", "benchmarks")
-    machine = reader.get(data, "machine_info", "", dict, {})
-    commit = reader.get(data, "commit_info", "", (dict, type(None)), None) or {}
-    out = []
-    seen: set[str] = set()
-    for i, bench in enumerate(benches):
-        where = f"benchmarks[{i}]"
-        fullname = reader.get(bench, "fullname", where, str, None) or reader.get(
-            bench, "name", where, str
-        )
-        params = reader.get(bench, "params", where, (dict, type(None)), None)
-        st = reader.get(bench, "stats", where, dict)
-        if "data" not in st:
-            raise reader.fail(
-                f"{where}.stats.data",
-                f"benchmark {shown(fullname)} has no raw samples; save it with "
-                "--benchmark-save-data",
-            )
-        samples = reader.times(st["data"], f"{where}.stats.data")
-        if len(samples) < 2:
-            raise reader.fail(
-                f"{where}.stats.data", f"benchmark {shown(fullname)} has fewer than 2 samples"
-            )
-        if fullname in seen:
-            raise reader.fail(where, f"duplicate benchmark {shown(fullname)}")
-        seen.add(fullname)
-        out.append(
-            PytestBenchmark(
-                name=fullname,
-                fullname=fullname,
-                params=json.dumps(params, sort_keys=True, default=str),
-                samples=samples,
-            )
-        )
-    return PytestBenchmarkFile(
-        source=reader.source,
-        version=version,
-        machine=machine,
-        commit=str(commit.get("id", "") or "") if isinstance(commit, dict) else "",
-        created=str(data.get("datetime", "")),
-        benchmarks=tuple(out),
-    )
-
-
 def pytest_environment(machine: dict[str, Any], commit: str = "") -> Environment:
     """The machine a pytest-benchmark file names (``machine_info``)."""
     return Environment(
@@ -1006,7 +631,7 @@ def pytest_environment(machine: dict[str, Any], commit: str = "") -> Environment
     )
 
 
-def _from_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> RunResult:
+def _from_pytest_benchmark(reader: Reader, data: dict[str, Any]) -> RunResult:
     """A plain pytest-benchmark file: each benchmark becomes a case of the kernel "pytest".
 
     The file holds what one pytest process measured: one round per benchmark. Its
@@ -1014,7 +639,7 @@ def _from_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> RunResult:
     runs, and a comparison of two such files has no interval (``TOO_FEW_ROUNDS``);
     several files a side do (``guard.store.pytest_runs``).
     """
-    doc = _read_pytest_benchmark(reader, data)
+    doc = read_checked(reader, data)
     cases = tuple(
         CaseResult(case=pytest_case(b.name), status=OK, rounds=(b.samples,), method=PYTEST_METHOD)
         for b in doc.benchmarks
@@ -1034,14 +659,8 @@ def _from_pytest_benchmark(reader: _Reader, data: dict[str, Any]) -> RunResult:
 def read_json_text(path: str | Path, max_bytes: int = limits.MAX_FILE_BYTES) -> Any:
     """A JSON file, read with the guard's limits (``BadInput`` names the file)."""
     path = Path(path)
-    try:
+    with reading(str(path)):
         text = files.read_text(path, max_bytes)  # a regular file only: no FIFO, no /dev/zero
-    except FileNotFoundError:
-        raise BadInput(f"{path}: file not found") from None
-    except files.FileRefused as exc:
-        raise BadInput(f"{path}: {exc}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot read ({exc})") from None
     return _parse_json(text, str(path))
 
 
@@ -1064,7 +683,7 @@ def _parse_json(text: str, source: str) -> Any:
             f"{limits.MAX_CONTAINERS}"
         )
     try:
-        return json.loads(text)  # NaN, Infinity: refused by _check_numbers, with the field
+        return json.loads(text)  # NaN, Infinity: refused by check_numbers, with the field
     except json.JSONDecodeError as exc:
         raise BadInput(
             f"{source}: not valid JSON (line {exc.lineno}: {exc.msg}; truncated?)"
