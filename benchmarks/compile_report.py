@@ -2,11 +2,11 @@
 
     PYTHONPATH=. python3 benchmarks/compile_report.py [--arch sm_90] [--variants]
 
-The compile-only machinery is ``kernels/triton_compile.py`` (a target-only triton
-driver; launches become compiles, so the real launcher and the runtime's argument
+The compile-only machinery is ``kernels/triton_compile.py`` (a target-only
+triton driver; launches become compiles, so the real launcher and the runtime's argument
 specialization run unchanged on CPU tensors of the suite's shapes), and the launcher's
-choice of config and path for an arch is ``kernels/triton_flash_resources.choice_for``;
-the guard collects the same records per case (``guard/measure/resources.py``). For each
+choice of config and path for an arch is ``kernels/launch_paths.choice_for``; the guard
+collects the same records per case (``guard/measure/resources.py``). For each
 (shape, config) this prints registers, spill bytes (``ptxas -v`` of the kernel's PTX,
 with triton's bundled ptxas), shared memory, warps, and counts of wgmma / TMA /
 cp.async instructions in the PTX and of ``ttg.warp_specialize`` regions in the TTGIR.
@@ -35,10 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tune_triton  # benchmarks/ is not a package
 
 from kernels import triton_flash
+from kernels.arch import parse_arch
 from kernels.flash_plan import TMA_WS
-from kernels.ptxas import exponentials_under_pv, find_cuobjdump, parse_arch, ptxas_report
+from kernels.launch_paths import choice_for
+from kernels.ptxas import exponentials_under_pv, find_cuobjdump, ptxas_report
 from kernels.triton_compile import CompiledLaunch, compile_only, kernel_record, ptxas_for
-from kernels.triton_flash_resources import choice_for
 
 
 def resources(launch: CompiledLaunch, arch: str) -> dict:

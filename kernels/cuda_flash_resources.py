@@ -13,7 +13,9 @@ once. Without nvcc the hook raises ``ResourcesUnavailable`` saying so.
 
 Shared memory is dynamic (``smem_bytes<HEAD_DIM>()`` in the .cu, not in ptxas's
 report); it and the tile shape are read from the source's ``TileConfig``
-specializations and computed as the launcher does (``dynamic_shared_bytes``).
+specializations and computed as the launcher does (``dynamic_shared_bytes``). Which
+instantiation a workload runs, and the Hopper kernel's tile, cluster and shared memory,
+are the dispatcher's rules (``kernels/cuda_flash_plan.py``).
 """
 
 from __future__ import annotations
@@ -25,15 +27,22 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kernels import cuda_flash
+from kernels.arch import parse_arch
+from kernels.cuda_flash_plan import (
+    hopper_cluster,
+    hopper_last_keys,
+    hopper_shared_bytes,
+    hopper_tile,
+    uses_hopper_kernel,
+)
 from kernels.ptxas import (
     PtxasEntry,
-    ResourceRecord,
     ResourcesUnavailable,
     cached_text,
-    parse_arch,
     parse_ptxas,
     tool_version,
 )
+from kernels.registry import ResourceRecord
 
 _COMPILE_TIMEOUT_S = 600.0
 _DTYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16"}
@@ -153,8 +162,6 @@ _SM90_INSTANCE = re.compile(
     r"ELi(\d+)ELi(\d+)EEELb([01])E"
 )
 _SM90_ELEMENTS = {"float16": "half_t", "bfloat16": "bfloat16_t"}
-_MACRO = re.compile(r"#define\s+(FLASH_SM90_\w+)\s+(\d+)")
-_MIN_WORK = re.compile(r"kHopperMinWork\s*=\s*1LL\s*<<\s*(\d+)")
 
 
 class HopperInstance(NamedTuple):
@@ -178,83 +185,6 @@ def hopper_instantiation(symbol: str) -> HopperInstance | None:
     return HopperInstance(
         int(m[1]), int(m[2]), int(m[3]), int(m[4]), m[5], int(m[6]), int(m[7]), m[8] == "1"
     )
-
-
-def _header_macros(source: str) -> dict[str, int]:
-    """The header's ``#define FLASH_SM90_* <number>`` defaults."""
-    return {name: int(value) for name, value in _MACRO.findall(source)}
-
-
-def hopper_cluster(source: str, head_dim: int, causal: bool, seq_q: int, seq_k: int) -> int:
-    """CTAs per cluster the launcher picks: two on head_dim 128 non-causal where the
-    row blocks pair up and, where O shares the V ring, a tile has more key blocks than
-    the ring has stages (``launch_full_tiles`` in the header), else one."""
-    m = _header_macros(source)
-    cluster = m.get("FLASH_SM90_D128_CLUSTER", 1)
-    if head_dim != 128 or causal or cluster == 1 or -(-seq_q // 128) % cluster != 0:
-        return 1
-    block_m, block_n, stages = hopper_tile(source, head_dim, causal, seq_k)
-    separate_o, _ = _hopper_buffers(head_dim, block_m, block_n, stages)
-    return cluster if separate_o or -(-seq_k // block_n) > stages else 1
-
-
-def hopper_tile(source: str, head_dim: int, causal: bool, seq_k: int) -> tuple[int, int, int]:
-    """(rows of Q, keys per step, stages) the launcher picks, from the header's defaults."""
-    m = _header_macros(source)
-    # A head_dim's own ring depth where the header sets one, else the common one.
-    stages = m.get(f"FLASH_SM90_D{head_dim}_STAGES", m["FLASH_SM90_STAGES"])
-    if head_dim == 64 and causal:
-        return m["FLASH_SM90_D64_CAUSAL_M"], m["FLASH_SM90_D64_CAUSAL_N"], stages
-    if causal:
-        return 128, m["FLASH_SM90_D128_CAUSAL_N"], stages
-    # Non-causal: the key tile by seq_k (``launch_full``).
-    d = f"FLASH_SM90_D{head_dim}"
-    block_m = m[f"{d}_FULL_M"] if head_dim == 64 else 128
-    short = seq_k <= m[f"{d}_SHORT_K"]
-    return block_m, m[f"{d}_FULL_SHORT_N" if short else f"{d}_FULL_N"], stages
-
-
-def hopper_last_keys(source: str, causal: bool, seq_k: int, block_n: int) -> int:
-    """Keys the last (ragged) key block's products run on (``with_last_keys`` in the
-    header): at 192-key non-causal tiles 64 or 128 where that block's keys fit there and
-    the tile has another block, else every key of the step."""
-    if causal or block_n != 192 or not _header_macros(source).get("FLASH_SM90_NARROW_LAST_BLOCK"):
-        return block_n
-    last = seq_k - (seq_k - 1) // block_n * block_n
-    if seq_k > block_n and last <= 64:
-        return 64
-    if seq_k > block_n and last <= 128:
-        return 128
-    return block_n
-
-
-def hopper_shared_bytes(head_dim: int, block_m: int, block_n: int, stages: int) -> int:
-    """``sizeof(SharedStorage)``: Q (two buffers where they fit beside the rest), the K and
-    V rings, O on its own where it fits (else in the V ring), the barriers and tile
-    slots, each buffer 1024-byte aligned (``Traits::fits`` in the header)."""
-    q = o = block_m * head_dim * 2
-    kv = stages * block_n * head_dim * 2
-    separate, q_buffers = _hopper_buffers(head_dim, block_m, block_n, stages)
-    return q_buffers * q + kv + (kv + o if separate else max(kv, o)) + 1024
-
-
-def hopper_q_buffers(head_dim: int, block_m: int, block_n: int, stages: int) -> int:
-    """Q buffers of a Hopper instantiation (``Traits::kQStages``): 2 where they fit."""
-    return _hopper_buffers(head_dim, block_m, block_n, stages)[1]
-
-
-def _hopper_buffers(head_dim: int, block_m: int, block_n: int, stages: int) -> tuple[bool, int]:
-    """(O has its own buffer, Q buffers): ``Traits::kSeparateO`` and ``kQStages``."""
-    q = o = block_m * head_dim * 2
-    kv = stages * block_n * head_dim * 2
-    barriers = 2 * 8 + 8 + 2 * 16 * stages + 2 * 4
-
-    def fits(q_buffers: int, separate_o: bool) -> bool:
-        used = q_buffers * q + 2 * kv + (o if separate_o else 0) + barriers + 1024
-        return used <= 227 * 1024
-
-    separate = fits(1, True)
-    return separate, 2 if fits(2, separate) else 1
 
 
 def hopper_ptxas_text(dtype: str, head_dim: int, *, nvcc: str) -> str:
@@ -316,17 +246,6 @@ def hopper_records(
             "toolchain": toolchain,
         }
     ]
-
-
-def uses_hopper_kernel(params: Mapping[str, Any], arch: str, header: str) -> bool:
-    """Whether the auto dispatch runs the Hopper kernel for this workload on ``arch``."""
-    if parse_arch(arch) != 90:
-        return False
-    batch, heads, seq_q, _ = (int(n) for n in params["shape"])
-    seq_k = int(params.get("seq_k", seq_q))
-    found = _MIN_WORK.search(header)
-    min_work = 1 << int(found[1]) if found else 0
-    return batch * heads * seq_q * seq_k >= min_work
 
 
 def resources(params: Mapping[str, Any], arch: str) -> list[ResourceRecord]:

@@ -7,8 +7,10 @@ the launcher's host rules (equal runs of key tiles, the causal deal in pairs, a 
 groups of (batch, head) pairs); for ``cuda_flash`` the instantiation the dispatcher of
 ``csrc/`` launches (the mma.sync kernel below ``kHopperMinWork``, else the Hopper
 kernel's tile, stages, cluster, narrowed last key block and causal tile counter, read
-from the header as ``cuda_flash_resources`` reads them). Each label names the dtype,
-head_dim and causal flag, whose instantiations differ.
+from the header: ``kernels/cuda_flash_plan.py``). Each label names the dtype, head_dim
+and causal flag, whose instantiations differ. ``choice_for`` is the Triton and Gluon
+kernels' choice on an arch without its GPU, which the compiler-resource records
+(``kernels/triton_flash_resources.py``) compile.
 
 ``launch_path(kernel, params, arch)`` labels one workload (a suite case's ``params()``);
 ``path_workloads()`` is a grid of workloads around every boundary of those tables
@@ -25,13 +27,17 @@ can tell.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import importlib
 import itertools
+import os
 from collections.abc import Mapping
 from typing import Any
 
-from kernels import flash_plan
-from kernels.ptxas import parse_arch
+from kernels import cuda_flash_plan, flash_plan
+from kernels.arch import max_shared_bytes, parse_arch
+from kernels.flash_plan import Choice, Env, Kernel
 
 SM_COUNT = 132  # H100 SXM and H200: what the persistent and grouped grids are sized by
 ELEMENT = {"float16": "fp16", "bfloat16": "bf16"}
@@ -49,9 +55,50 @@ def _head(head_dim: int, dtype: str, causal: bool) -> str:
     return f"d{head_dim} {ELEMENT.get(dtype, dtype)} {'causal' if causal else 'full'}"
 
 
-def _choice(arch: str, kernel: flash_plan.Kernel, params: Mapping[str, Any]) -> flash_plan.Choice:
-    from kernels.triton_flash_resources import choice_for
+def _gluon_importable() -> bool:
+    try:
+        importlib.import_module("kernels.gluon_flash_fwd")
+    except ImportError:
+        return False
+    return True
 
+
+def choice_for(
+    arch: str,
+    kernel: Kernel,
+    *,
+    head_dim: int,
+    causal: bool,
+    seq_q: int,
+    seq_k: int,
+    batch_heads: int,
+    elem_size: int = 2,
+    tma_aligned: bool = True,
+) -> Choice:
+    """The choice ``flash_plan.choose`` makes for ``kernel`` on a GPU of ``arch`` (its
+    shared memory per block for the device's), with the switches set here (less
+    autotuning and the interpreter); before the pointer path's ``OutOfResources``
+    fallback, which only a compile can tell (the resource records apply it:
+    ``kernels.triton_flash_resources``)."""
+    env = dataclasses.replace(Env.read(os.environ.get), autotune=False, interpret=False)
+    if kernel == "auto" and not _gluon_importable():
+        env = dataclasses.replace(env, gluon=False)
+    return flash_plan.choose(
+        head_dim=head_dim,
+        causal=causal,
+        seq_q=seq_q,
+        seq_k=seq_k,
+        batch_heads=batch_heads,
+        elem_size=elem_size,
+        capability=parse_arch(arch),
+        smem_budget=max_shared_bytes(arch),
+        tma_aligned=tma_aligned,
+        env=env,
+        kernel=kernel,
+    )
+
+
+def _choice(arch: str, kernel: Kernel, params: Mapping[str, Any]) -> Choice:
     batch, heads, _, seq_q, seq_k, head_dim, _, causal = _workload(params)
     return choice_for(
         arch,
@@ -84,7 +131,7 @@ def gluon_path(params: Mapping[str, Any], arch: str) -> str:
     return _gluon_label(choice, params)
 
 
-def _gluon_label(choice: flash_plan.Choice, params: Mapping[str, Any]) -> str:
+def _gluon_label(choice: Choice, params: Mapping[str, Any]) -> str:
     batch, heads, _, seq_q, seq_k, head_dim, dtype, causal = _workload(params)
     cfg = dict(choice.gluon_config)
     variant = str(choice.variant)
@@ -124,23 +171,21 @@ def _cuda_sources() -> tuple[str, str]:
 
 def cuda_path(params: Mapping[str, Any], arch: str) -> str:
     """``cuda_flash``: the instantiation and host rule its dispatcher takes."""
-    from kernels import cuda_flash_resources as res
-
     batch, heads, _, seq_q, seq_k, head_dim, dtype, causal = _workload(params)
     header, hopper = _cuda_sources()
     head = _head(head_dim, dtype, causal)
-    if not res.uses_hopper_kernel(params, arch, header):
+    if not cuda_flash_plan.uses_hopper_kernel(params, arch, header):
         return f"cuda mma_sync {head}"
-    block_m, block_n, stages = res.hopper_tile(hopper, head_dim, causal, seq_k)
+    block_m, block_n, stages = cuda_flash_plan.hopper_tile(hopper, head_dim, causal, seq_k)
     parts = [f"cuda hopper {head} {block_m}x{block_n} s{stages}"]
-    cluster = res.hopper_cluster(hopper, head_dim, causal, seq_q, seq_k)
+    cluster = cuda_flash_plan.hopper_cluster(hopper, head_dim, causal, seq_q, seq_k)
     if cluster > 1:
         parts.append(f"cluster{cluster}")
-    last = res.hopper_last_keys(hopper, causal, seq_k, block_n)
+    last = cuda_flash_plan.hopper_last_keys(hopper, causal, seq_k, block_n)
     if last < block_n:
         parts.append(f"last{last}")
     tiles = -(-seq_q // block_m) * heads * batch
-    dynamic = res._header_macros(hopper).get("FLASH_SM90_DYNAMIC_CAUSAL", 0)
+    dynamic = cuda_flash_plan.header_macros(hopper).get("FLASH_SM90_DYNAMIC_CAUSAL", 0)
     if causal and dynamic and tiles > SM_COUNT:
         parts.append("tile-counter")
     return " ".join(parts)

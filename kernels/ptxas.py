@@ -1,10 +1,11 @@
-"""Compiler resource reports (``ptxas -v``) for a GPU architecture, with no GPU needed.
+"""Compiler resource reports (``ptxas -v``), with no GPU needed.
 
-What every resource hook of the registry shares (``KernelSpec.resources``): the
-architecture names the guard passes (``"sm_90"``, ``"sm_89"``), each part's shared
-memory per block, a parser for ``ptxas -v`` output, a ``ptxas`` run on PTX text
-cached on disk, and ``ResourcesUnavailable``, which a hook raises when it cannot
-compile here (no compiler, unsupported shape) and whose message the guard records.
+What every resource hook of the registry shares (``KernelSpec.resources``): a parser
+for ``ptxas -v`` output, a ``ptxas`` run on PTX text cached on disk, and
+``ResourcesUnavailable``, which a hook raises when it cannot compile here (no compiler,
+unsupported shape) and whose message the guard records. The arch names a hook takes
+and their shared memory per block are the kernels' own (``kernels/arch.py``); the
+record a hook returns is the registry's ``ResourceRecord``.
 
 Also the SASS readers both kernels' offline checks share (``find_cuobjdump``,
 ``exponentials_under_pv``). This module imports neither torch nor triton at import
@@ -31,33 +32,6 @@ class ResourcesUnavailable(RuntimeError):
     """A resource report cannot be made here; the message says why (no nvcc, ...)."""
 
 
-# Opt-in shared memory per block (cudaDevAttrMaxSharedMemoryPerBlockOptin), by compute
-# capability: what the launchers' configs must fit on each part.
-MAX_SHARED_BYTES: dict[int, int] = {
-    80: 166912,  # A100: 163 KB
-    86: 101376,  # RTX 30xx, A10: 99 KB
-    87: 166912,  # Orin: 163 KB
-    89: 101376,  # L4, RTX 40xx: 99 KB
-    90: 232448,  # H100, H200: 227 KB
-    100: 232448,  # B200: 227 KB
-    120: 101376,  # RTX 50xx: 99 KB
-}
-
-_ARCH = re.compile(r"sm_(\d+)a?")
-
-
-def parse_arch(arch: str) -> int:
-    """``"sm_90"`` (or ``"sm_90a"``) -> 90; ValueError for anything else or unknown."""
-    match = _ARCH.fullmatch(arch) if isinstance(arch, str) else None
-    if match is None:
-        raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
-    capability = int(match.group(1))
-    if capability not in MAX_SHARED_BYTES:
-        known = ", ".join(f"sm_{c}" for c in sorted(MAX_SHARED_BYTES))
-        raise ValueError(f"unknown arch {arch!r} (known: {known})")
-    return capability
-
-
 @dataclass(frozen=True)
 class PtxasEntry:
     """One entry function of a ``ptxas -v`` report."""
@@ -70,28 +44,6 @@ class PtxasEntry:
     stack_bytes: int
     static_shared_bytes: int  # "bytes smem": static only; dynamic smem is the launcher's
     barriers: int
-
-
-class ResourceRecord(TypedDict):
-    """What a resource hook returns per compiled kernel: ``KernelResources`` as JSON.
-
-    The guard validates every record (``guard.resources.KernelResources.from_json``):
-    a hook may come from another tree's ``kernels`` package.
-    """
-
-    arch: str
-    kernel: str
-    registers: int
-    spill_store_bytes: int
-    spill_load_bytes: int
-    stack_bytes: int
-    shared_bytes: int  # static + dynamic, per block
-    num_warps: int
-    num_stages: int
-    grid: list[int]
-    config: dict[str, int | str]
-    path: str
-    toolchain: str
 
 
 class _EntryFields(TypedDict):

@@ -14,17 +14,36 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypedDict
 
 import torch
 
-if TYPE_CHECKING:
-    # Not at run time: a tree's registry needs no other module of its kernels package.
-    from kernels.ptxas import ResourceRecord
+
+class ResourceRecord(TypedDict):
+    """What a resource hook returns per compiled kernel: ``KernelResources`` as JSON.
+
+    The guard validates every record (``guard.store.kernel_resources.KernelResources.
+    from_json``): a hook may come from another tree.
+    """
+
+    arch: str
+    kernel: str
+    registers: int
+    spill_store_bytes: int
+    spill_load_bytes: int
+    stack_bytes: int
+    shared_bytes: int  # static + dynamic, per block
+    num_warps: int
+    num_stages: int
+    grid: list[int]
+    config: dict[str, int | str]
+    path: str
+    toolchain: str
+
 
 KernelFn = Callable[..., torch.Tensor]
 # (a suite case's params(), arch like "sm_90") -> resource records (see KernelSpec).
-ResourcesFn = Callable[[Mapping[str, Any], str], "list[ResourceRecord]"]
+ResourcesFn = Callable[[Mapping[str, Any], str], list[ResourceRecord]]
 # (a suite case's params(), arch) -> the launch path's label (see KernelSpec).
 PathFn = Callable[[Mapping[str, Any], str], str]
 # arch -> every launch path of the kernel there.
@@ -44,10 +63,10 @@ class KernelSpec:
     a reason the kernel cannot run on ``device`` here, or None when it can.
     ``accepts_out``: the callable takes ``out=`` (the guard then poisons that buffer).
     ``resources``: compiles the kernel for a workload and a GPU arch without a GPU and
-    returns one record per compiled kernel (the JSON form of
-    ``guard.resources.KernelResources``: registers, spills, shared memory, warps,
-    stages, grid, config, path); raises ``kernels.ptxas.ResourcesUnavailable`` when it
-    cannot here. None: the kernel has no such report (torch's own kernels).
+    returns one record per compiled kernel (``ResourceRecord``: registers, spills,
+    shared memory, warps, stages, grid, config, path); raises
+    ``kernels.ptxas.ResourcesUnavailable`` when it cannot here. None: the kernel has no
+    such report (torch's own kernels).
     ``launch_path`` and ``every_path``: the path a workload takes on an arch (its
     compiled kernel, config, host rule: ``kernels.launch_paths``), and all of them, so
     that the guard can say which paths a suite leaves unrun. None: not listed.

@@ -15,8 +15,8 @@ compiled metadata, and the grid the launcher asked for.
 launches. Each architecture gets its own device index, so one process may compile for
 several: triton keys its per-device caches (and the target in them) on that index.
 
-Used by the registry's resource hooks (``kernels/triton_flash_resources.py``) and by
-``benchmarks/compile_report.py``.
+Used by the registry's resource hooks (``kernels/triton_flash_resources.py``)
+and by ``benchmarks/compile_report.py``.
 """
 
 from __future__ import annotations
@@ -25,21 +25,19 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
 from triton.runtime.jit import JITFunction
 
-from kernels.ptxas import (
-    MAX_SHARED_BYTES,
-    ResourceRecord,
-    parse_arch,
-    parse_ptxas,
-    ptxas_report,
-    tool_version,
-)
+from kernels.arch import parse_arch
+from kernels.ptxas import parse_ptxas, ptxas_report, tool_version
+
+if TYPE_CHECKING:
+    # Typing only: the compile machinery works under any tree's registry.
+    from kernels.registry import ResourceRecord
 
 
 class TargetOnlyDriver:
@@ -117,11 +115,6 @@ def compile_only(arch: str) -> Iterator[list[CompiledLaunch]]:
         driver._active = previous_driver
 
 
-def max_shared_bytes(arch: str) -> int:
-    """Shared memory a block may use on ``arch`` (opt-in maximum)."""
-    return MAX_SHARED_BYTES[parse_arch(arch)]
-
-
 @functools.cache
 def ptxas_for(capability: int) -> tuple[str, str]:
     """The ptxas that triton uses for ``capability`` (90: sm_90), and its GPU name."""
@@ -139,7 +132,7 @@ def toolchain(arch: str = "sm_90") -> str:
 def kernel_record(
     launch: CompiledLaunch, arch: str, *, config: dict[str, int | str], path: str
 ) -> ResourceRecord:
-    """The resource record (``guard.resources.KernelResources`` as JSON) of one compile.
+    """The resource record (the registry's ``ResourceRecord``) of one compile.
 
     ``config`` names what the launcher chose (tile sizes, where the choice came from);
     ``path`` the code path taken ("pointer", "tma_ws", ...).

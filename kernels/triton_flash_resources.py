@@ -3,11 +3,12 @@
 The registry's ``resources`` hooks: ``resources`` for ``triton_flash`` (the Triton
 kernel), ``gluon_resources`` for ``gluon_flash`` (the Gluon kernel, sm_90 only) and
 ``entry_resources`` for ``flash_attention`` (the dispatching entry point). Each asks
-``kernels.flash_plan.choose`` for the path a call on the workload takes on a GPU of
-``arch`` (the arch's shared memory for the device's), compiles it for that arch without
-a GPU (``kernels/triton_compile.py``) through the kernel's own launcher on CPU tensors
-of the workload's shapes, and returns one record per compiled kernel: registers, spills,
-shared memory, warps, stages, grid, config and path.
+``kernels.launch_paths.choice_for`` for the path a call on the workload takes on a GPU
+of ``arch`` (``flash_plan.choose`` with the arch's shared memory for the device's),
+compiles it for that arch without a GPU (``kernels/triton_compile.py``) through
+the kernel's own launcher on CPU tensors of the workload's shapes, and returns one
+record per compiled kernel: registers, spills, shared memory, warps, stages, grid,
+config and path.
 
 Not mirrored: ``ATTN_TRITON_AUTOTUNE=1`` (an autotuned choice needs timing on the GPU:
 the records show the pinned config) and misaligned inputs (the guard's inputs are fresh
@@ -16,65 +17,24 @@ contiguous tensors).
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
-import os
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from kernels import flash_launch, flash_plan
-from kernels.flash_plan import FALLBACK_CONFIG, POINTER, Choice, Env, Kernel
-from kernels.ptxas import ResourceRecord, ResourcesUnavailable, parse_arch
-from kernels.triton_compile import compile_only, kernel_record, max_shared_bytes
+from kernels.arch import max_shared_bytes
+from kernels.flash_plan import FALLBACK_CONFIG, POINTER, Choice, Kernel
+from kernels.launch_paths import choice_for
+from kernels.ptxas import ResourcesUnavailable
+from kernels.registry import ResourceRecord
+from kernels.triton_compile import compile_only, kernel_record
 
 _NAMES: dict[Kernel, str] = {
     "triton": "triton_flash",
     "gluon": "gluon_flash",
     "auto": "flash_attention",
 }
-
-
-def _gluon_importable() -> bool:
-    try:
-        importlib.import_module("kernels.gluon_flash_fwd")
-    except ImportError:
-        return False
-    return True
-
-
-def choice_for(
-    arch: str,
-    kernel: Kernel,
-    *,
-    head_dim: int,
-    causal: bool,
-    seq_q: int,
-    seq_k: int,
-    batch_heads: int,
-    elem_size: int = 2,
-    tma_aligned: bool = True,
-) -> Choice:
-    """The choice ``flash_plan.choose`` makes for ``kernel`` on a GPU of ``arch``, with
-    the switches set here (less autotuning and the interpreter); before any
-    ``OutOfResources`` fallback, which ``resources`` applies after compiling."""
-    env = dataclasses.replace(Env.read(os.environ.get), autotune=False, interpret=False)
-    if kernel == "auto" and not _gluon_importable():
-        env = dataclasses.replace(env, gluon=False)
-    return flash_plan.choose(
-        head_dim=head_dim,
-        causal=causal,
-        seq_q=seq_q,
-        seq_k=seq_k,
-        batch_heads=batch_heads,
-        elem_size=elem_size,
-        capability=parse_arch(arch),
-        smem_budget=max_shared_bytes(arch),
-        tma_aligned=tma_aligned,
-        env=env,
-        kernel=kernel,
-    )
 
 
 def _config_dict(choice: Choice) -> dict[str, int | str]:

@@ -30,6 +30,7 @@ from attention_checks import Yardstick
 from conftest import KERNEL_SEED
 
 from kernels import cuda_flash
+from kernels import cuda_flash_plan as plan
 from kernels import cuda_flash_resources as res
 from kernels.ptxas import exponentials_under_pv, find_cuobjdump
 
@@ -438,7 +439,7 @@ def test_kernels_with_one_q_buffer_prefetch_the_next_tiles_q(
         kernel = res.hopper_instantiation(name)
         if kernel is None:
             continue
-        buffers = res.hopper_q_buffers(
+        buffers = plan.hopper_q_buffers(
             kernel.head_dim, kernel.block_m, kernel.block_n, kernel.stages
         )
         found[name] = (buffers, "UTMAPF" in function)
@@ -507,23 +508,23 @@ def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
     assert records[1]["config"]["LAST_KEYS"] == 64 and odd_config["LAST_KEYS"] == 128
     assert "LAST_KEYS" not in records[0]["config"]  # 128-key steps, none ragged
     # One block only; a last block of 1, 64, 65 keys; none ragged.
-    assert [res.hopper_last_keys(header, False, n, 192) for n in (192, 193, 256, 257, 384)] == [
+    assert [plan.hopper_last_keys(header, False, n, 192) for n in (192, 193, 256, 257, 384)] == [
         192,
         64,
         64,
         128,
         192,
     ]
-    assert res.hopper_last_keys(header, True, 4096, 192) == 192
-    assert res.hopper_cluster(header, 128, False, 2304, 2560) == 2  # 14 blocks > 2 stages
-    assert res.hopper_cluster(header, 128, True, 2048, 2048) == 1
+    assert plan.hopper_last_keys(header, True, 4096, 192) == 192
+    assert plan.hopper_cluster(header, 128, False, 2304, 2560) == 2  # 14 blocks > 2 stages
+    assert plan.hopper_cluster(header, 128, True, 2048, 2048) == 1
     # 192-key tiles (O in the V ring) of only two key blocks, as a -D override could make:
     # one CTA, since the cluster's O barrier needs more blocks than stages.
     short_k = "#define FLASH_SM90_D128_SHORT_K 1024"
     assert short_k in header
     overridden = header.replace(short_k, "#define FLASH_SM90_D128_SHORT_K 64")
-    assert res.hopper_cluster(overridden, 128, False, 2048, 384) == 1
-    assert res.hopper_cluster(overridden, 128, False, 2048, 640) == 2
+    assert plan.hopper_cluster(overridden, 128, False, 2048, 384) == 1
+    assert plan.hopper_cluster(overridden, 128, False, 2048, 640) == 2
     for record in records:
         assert record["path"] == "hopper-wgmma-tma"
         assert record["registers"] > 0 and record["spill_store_bytes"] == 0
@@ -547,10 +548,10 @@ def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
         assert record["shared_bytes"] == 2 * 16384 + 2 * 3 * keys * 64 * 2 + 16384 + 1024
         assert record["spill_store_bytes"] == 0
     flash_h = (cuda_flash.CSRC / "flash_fwd.h").read_text()
-    assert res.uses_hopper_kernel(short, "sm_90", flash_h)
-    assert not res.uses_hopper_kernel(short, "sm_80", flash_h)
+    assert plan.uses_hopper_kernel(short, "sm_90", flash_h)
+    assert not plan.uses_hopper_kernel(short, "sm_80", flash_h)
     tiny = {"shape": [1, 8, 128, 64], "dtype": "float16", "causal": False}
-    assert not res.uses_hopper_kernel(tiny, "sm_90", flash_h)  # mma.sync is faster there
+    assert not plan.uses_hopper_kernel(tiny, "sm_90", flash_h)  # mma.sync is faster there
 
 
 def test_the_cutlass_pin_is_installed_everywhere_the_kernel_builds() -> None:

@@ -29,7 +29,8 @@ from guard.measure.resources import (
 )
 from guard.store.suite import load_suite
 from kernels import cuda_flash, cuda_flash_resources
-from kernels.ptxas import ResourcesUnavailable, exponentials_under_pv, parse_arch, parse_ptxas
+from kernels.arch import parse_arch
+from kernels.ptxas import ResourcesUnavailable, exponentials_under_pv, parse_ptxas
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ptxas"
@@ -412,7 +413,7 @@ def test_a_bigger_tile_in_the_head_commit_shows_in_the_diff(tmp_path: Path, cach
     pkg = repo / "kernels"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    for name in ("ptxas.py", "triton_compile.py"):  # the real compile-only machinery
+    for name in ("arch.py", "ptxas.py", "triton_compile.py"):  # the real compile-only machinery
         shutil.copy(ROOT / "kernels" / name, pkg / name)
     (pkg / "registry.py").write_text(TINY_REGISTRY)
     (pkg / "tiny.py").write_text(TINY_KERNEL.format(block=32))
