@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/compile_report.py [--arch sm_90] [--variants]
 
-The compile-only machinery is ``kernels/triton_compile.py`` (a target-only
+The compile-only machinery is ``kernel_reports/triton_compile.py`` (a target-only
 triton driver; launches become compiles, so the real launcher and the runtime's argument
 specialization run unchanged on CPU tensors of the suite's shapes), and the launcher's
 choice of config and path for an arch is ``kernels/launch_paths.choice_for``; the guard
@@ -34,12 +34,12 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tune_triton  # benchmarks/ is not a package
 
+from kernel_reports.ptxas import exponentials_under_pv, find_cuobjdump, ptxas_report
+from kernel_reports.triton_compile import CompiledLaunch, compile_only, kernel_record, ptxas_for
 from kernels import triton_flash
 from kernels.arch import parse_arch
 from kernels.flash_plan import TMA_WS
 from kernels.launch_paths import choice_for
-from kernels.ptxas import exponentials_under_pv, find_cuobjdump, ptxas_report
-from kernels.triton_compile import CompiledLaunch, compile_only, kernel_record, ptxas_for
 
 
 def resources(launch: CompiledLaunch, arch: str) -> dict:

@@ -1,6 +1,6 @@
 """Which instantiation the CUDA kernel's dispatcher (``csrc/``) launches for a workload,
 read from its headers: what the launch paths name (``kernels.launch_paths.cuda_path``)
-and the compiler-resource records report (``kernels.cuda_flash_resources``).
+and the compiler-resource records report (``kernel_reports.cuda_flash_resources``).
 
 The mma.sync kernel below ``kHopperMinWork`` (``flash_fwd.h``), else on sm_90 the
 Hopper kernel (``flash_fwd_sm90.cuh``) with the tile, ring depth, cluster and narrowed

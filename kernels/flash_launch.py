@@ -299,7 +299,7 @@ Scalars = tuple[int | float, ...]
 def plans_possible() -> bool:
     """Whether a launch may be kept as a plan here: torch's raw device and stream
     getters exist, no launch hooks (a profiler) and a real driver: a GPU, and not the
-    compile-only driver of ``kernels/triton_compile.py`` (which a GPU runner's resource
+    compile-only driver of ``kernel_reports/triton_compile.py`` (which a GPU runner's resource
     records run under, with torch.cuda available all the same)."""
     active = getattr(triton.runtime.driver, "_active", None)
     return (

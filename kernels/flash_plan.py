@@ -2,7 +2,7 @@
 which config. Shared by the Triton kernel (``kernels/triton_flash.py``), the Gluon kernel
 (``kernels/gluon_flash_fwd.py``), the dispatching entry point
 (``kernels/flash_attention.py``) and the compiler-resource records
-(``kernels/triton_flash_resources.py``).
+(``kernel_reports/triton_flash_resources.py``).
 
 ``choose`` is the one path chooser: a pure function of the workload (lengths, head_dim,
 dtype size, causal), the GPU (capability, shared memory per block, TMA alignment of the

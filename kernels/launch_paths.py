@@ -10,7 +10,7 @@ kernel's tile, stages, cluster, narrowed last key block and causal tile counter,
 from the header: ``kernels/cuda_flash_plan.py``). Each label names the dtype, head_dim
 and causal flag, whose instantiations differ. ``choice_for`` is the Triton and Gluon
 kernels' choice on an arch without its GPU, which the compiler-resource records
-(``kernels/triton_flash_resources.py``) compile.
+(``kernel_reports/``) compile.
 
 ``launch_path(kernel, params, arch)`` labels one workload (a suite case's ``params()``);
 ``path_workloads()`` is a grid of workloads around every boundary of those tables
@@ -79,7 +79,7 @@ def choice_for(
     shared memory per block for the device's), with the switches set here (less
     autotuning and the interpreter); before the pointer path's ``OutOfResources``
     fallback, which only a compile can tell (the resource records apply it:
-    ``kernels.triton_flash_resources``)."""
+    ``kernel_reports.triton_flash_resources``)."""
     env = dataclasses.replace(Env.read(os.environ.get), autotune=False, interpret=False)
     if kernel == "auto" and not _gluon_importable():
         env = dataclasses.replace(env, gluon=False)

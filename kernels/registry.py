@@ -65,8 +65,9 @@ class KernelSpec:
     ``resources``: compiles the kernel for a workload and a GPU arch without a GPU and
     returns one record per compiled kernel (``ResourceRecord``: registers, spills,
     shared memory, warps, stages, grid, config, path); raises
-    ``kernels.ptxas.ResourcesUnavailable`` when it cannot here. None: the kernel has no
-    such report (torch's own kernels).
+    ``kernel_reports.ptxas.ResourcesUnavailable`` when it cannot here. None: the kernel
+    has no such report (torch's own kernels). The hooks live in ``kernel_reports/``,
+    which imports this package: named here by module, imported when called.
     ``launch_path`` and ``every_path``: the path a workload takes on an arch (its
     compiled kernel, config, host rule: ``kernels.launch_paths``), and all of them, so
     that the guard can say which paths a suite leaves unrun. None: not listed.
@@ -106,6 +107,9 @@ def _from_module(module: str, attr: str) -> Callable[[], KernelFn]:
 
 
 def _resources_from(module: str, attr: str = "resources") -> ResourcesFn:
+    """The hook ``module.attr`` (a module of ``kernel_reports``), imported on first call:
+    the reports compile the kernels, so the kernels never import them."""
+
     def resources(params: Mapping[str, Any], arch: str) -> list[ResourceRecord]:
         hook: ResourcesFn = getattr(importlib.import_module(module), attr)
         return hook(params, arch)
@@ -225,7 +229,7 @@ REGISTRY: dict[str, KernelSpec] = {
             probe=_triton_probe,
             source_files=("triton_flash.py", "triton_decode.py", *_FLASH_SHARED),
             accepts_out=True,
-            resources=_resources_from("kernels.triton_flash_resources"),
+            resources=_resources_from("kernel_reports.triton_flash_resources"),
             launch_path=_path_of("triton_flash")[0],
             every_path=_path_of("triton_flash")[1],
         ),
@@ -236,7 +240,7 @@ REGISTRY: dict[str, KernelSpec] = {
             probe=_gluon_probe,
             source_files=("gluon_flash_fwd.py", *_FLASH_SHARED),
             accepts_out=True,
-            resources=_resources_from("kernels.triton_flash_resources", "gluon_resources"),
+            resources=_resources_from("kernel_reports.triton_flash_resources", "gluon_resources"),
             launch_path=_path_of("gluon_flash")[0],
             every_path=_path_of("gluon_flash")[1],
         ),
@@ -254,7 +258,7 @@ REGISTRY: dict[str, KernelSpec] = {
                 *_FLASH_SHARED,
             ),
             accepts_out=True,
-            resources=_resources_from("kernels.triton_flash_resources", "entry_resources"),
+            resources=_resources_from("kernel_reports.triton_flash_resources", "entry_resources"),
         ),
         KernelSpec(
             name="cuda_flash",
@@ -263,7 +267,7 @@ REGISTRY: dict[str, KernelSpec] = {
             probe=_cuda_ext_probe,
             source_files=("cuda_flash.py", "csrc"),
             accepts_out=False,
-            resources=_resources_from("kernels.cuda_flash_resources"),
+            resources=_resources_from("kernel_reports.cuda_flash_resources"),
             launch_path=_path_of("cuda_flash")[0],
             every_path=_path_of("cuda_flash")[1],
         ),

@@ -29,10 +29,10 @@ import torch
 from attention_checks import Yardstick
 from conftest import KERNEL_SEED
 
+from kernel_reports import cuda_flash_resources as res
+from kernel_reports.ptxas import exponentials_under_pv, find_cuobjdump
 from kernels import cuda_flash
 from kernels import cuda_flash_plan as plan
-from kernels import cuda_flash_resources as res
-from kernels.ptxas import exponentials_under_pv, find_cuobjdump
 
 # --------------------------------------------------------------------------------------
 # CPU: compile checks with the machine's nvcc

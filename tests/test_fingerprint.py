@@ -70,7 +70,7 @@ def launch(x, y):
 CHILD = """
 import hashlib, importlib.util, sys, torch
 from guard.measure import fingerprint as fp
-from kernels import triton_compile
+from kernel_reports import triton_compile
 
 spec = importlib.util.spec_from_file_location(sys.argv[2], sys.argv[1])
 module = importlib.util.module_from_spec(spec)

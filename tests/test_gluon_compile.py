@@ -117,7 +117,7 @@ sys.path.insert(0, "benchmarks")
 import compile_report
 from benchmarks import trace_tile_phases
 from kernels import flash_plan
-from kernels.triton_compile import compile_only
+from kernel_reports.triton_compile import compile_only
 
 phased = trace_tile_phases._phased_module()
 q = torch.empty(4, 16, 2048, 64, dtype=torch.bfloat16)

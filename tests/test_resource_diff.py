@@ -34,7 +34,7 @@ NEW = "            64: triton_config(128, 64, 4, 3),\n"
 def test_compare_against_reports_a_register_rise_without_a_gpu(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("guard", "kernels"):
+    for folder in ("guard", "kernels", "kernel_reports"):
         shutil.copytree(ROOT / folder, repo / folder, ignore=ignore)
     (repo / "suite.yaml").write_text(SUITE)
     _git(repo.parent, "init", "-q", "-b", "main", str(repo))

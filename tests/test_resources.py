@@ -1,4 +1,4 @@
-"""Compiler resources per case (guard/measure/resources.py and the kernels' resource hooks).
+"""Compiler resources per case (guard/measure/resources.py and the hooks of kernel_reports/).
 
 CPU only: the Triton kernel compiles for sm_90 and sm_89 without a GPU (in a child
 process, as the guard runs it); a two-commit repository whose second commit enlarges a
@@ -28,9 +28,10 @@ from guard.measure.resources import (
     diff_cases,
 )
 from guard.store.suite import load_suite
-from kernels import cuda_flash, cuda_flash_resources
+from kernel_reports import cuda_flash_resources
+from kernel_reports.ptxas import ResourcesUnavailable, exponentials_under_pv, parse_ptxas
+from kernels import cuda_flash
 from kernels.arch import parse_arch
-from kernels.ptxas import ResourcesUnavailable, exponentials_under_pv, parse_ptxas
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ptxas"
@@ -366,7 +367,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_compile import compile_only, kernel_record
+from kernel_reports.triton_compile import compile_only, kernel_record
 
 BLOCK = {block}
 
@@ -413,8 +414,11 @@ def test_a_bigger_tile_in_the_head_commit_shows_in_the_diff(tmp_path: Path, cach
     pkg = repo / "kernels"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    for name in ("arch.py", "ptxas.py", "triton_compile.py"):  # the real compile-only machinery
-        shutil.copy(ROOT / "kernels" / name, pkg / name)
+    shutil.copy(ROOT / "kernels" / "arch.py", pkg / "arch.py")
+    reports = repo / "kernel_reports"  # the real compile-only machinery
+    reports.mkdir()
+    for name in ("__init__.py", "ptxas.py", "triton_compile.py"):
+        shutil.copy(ROOT / "kernel_reports" / name, reports / name)
     (pkg / "registry.py").write_text(TINY_REGISTRY)
     (pkg / "tiny.py").write_text(TINY_KERNEL.format(block=32))
     (repo / "suite.yaml").write_text(TINY_SUITE)
@@ -452,7 +456,7 @@ def test_a_bigger_tile_in_the_head_commit_shows_in_the_diff(tmp_path: Path, cach
 GPU_MACHINE_RECORDS = """
 import json, torch
 from kernels import flash_launch
-from kernels import triton_flash_resources as tfr
+from kernel_reports import triton_flash_resources as tfr
 
 torch.cuda.is_available = lambda: True  # as on a GPU runner
 flash_launch._cuda_device, flash_launch._cuda_stream = (lambda: 0), (lambda index: 0)

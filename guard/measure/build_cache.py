@@ -25,7 +25,7 @@ from guard.base.errors import BadInput, InfraError
 
 Env = tuple[tuple[str, str], ...]  # an arm's variables (``runner.Arm.env``)
 FOLDERS = {
-    "ATTN_GUARD_CACHE": "attn-guard",  # kernels/cuda_flash.py, kernels/ptxas.py
+    "ATTN_GUARD_CACHE": "attn-guard",  # kernels/cuda_flash.py, kernel_reports/ptxas.py
     "TRITON_CACHE_DIR": "triton",
     "TORCH_EXTENSIONS_DIR": "torch-extensions",
 }

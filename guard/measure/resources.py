@@ -221,7 +221,7 @@ class ResourceReport:
 
 
 def _reason(exc: BaseException) -> str:
-    if type(exc).__name__ == "ResourcesUnavailable":  # kernels.ptxas; duck-typed for old trees
+    if type(exc).__name__ == "ResourcesUnavailable":  # kernel_reports.ptxas: by name, any tree
         text = str(exc)
     else:
         text = f"failed: {type(exc).__name__}: {exc}"
@@ -290,8 +290,9 @@ def collect_in_tree(
     """``collect_resources`` in a child process over ``tree``'s kernels.
 
     The child runs this guard's code (``python -m guard.measure.resources``, as a worker does)
-    with ``tree`` first on ``sys.path``, so ``tree/kernels`` is what compiles and the
-    suite's kernel names are checked against that tree's registry. ``kernels`` and
+    with ``tree`` first on ``sys.path``, so ``tree/kernels`` is what compiles (through
+    the hooks its registry names: this repository's are in ``tree/kernel_reports``) and
+    the suite's kernel names are checked against that tree's registry. ``kernels`` and
     ``case_names`` select cases (``Suite.select``), ``case_ids`` exactly these (a shard's
     cases are not every kernel by every name). ``env`` and ``wrapper``: the tree's own
     caches and sandbox (``runner.Arm``). The child runs at the lowest CPU priority

@@ -15,7 +15,7 @@ compiled metadata, and the grid the launcher asked for.
 launches. Each architecture gets its own device index, so one process may compile for
 several: triton keys its per-device caches (and the target in them) on that index.
 
-Used by the registry's resource hooks (``kernels/triton_flash_resources.py``)
+Used by the registry's resource hooks (``kernel_reports/triton_flash_resources.py``)
 and by ``benchmarks/compile_report.py``.
 """
 
@@ -32,8 +32,8 @@ from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
 from triton.runtime.jit import JITFunction
 
+from kernel_reports.ptxas import parse_ptxas, ptxas_report, tool_version
 from kernels.arch import parse_arch
-from kernels.ptxas import parse_ptxas, ptxas_report, tool_version
 
 if TYPE_CHECKING:
     # Typing only: the compile machinery works under any tree's registry.

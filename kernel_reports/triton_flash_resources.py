@@ -5,7 +5,7 @@ kernel), ``gluon_resources`` for ``gluon_flash`` (the Gluon kernel, sm_90 only) 
 ``entry_resources`` for ``flash_attention`` (the dispatching entry point). Each asks
 ``kernels.launch_paths.choice_for`` for the path a call on the workload takes on a GPU
 of ``arch`` (``flash_plan.choose`` with the arch's shared memory for the device's),
-compiles it for that arch without a GPU (``kernels/triton_compile.py``) through
+compiles it for that arch without a GPU (``kernel_reports/triton_compile.py``) through
 the kernel's own launcher on CPU tensors of the workload's shapes, and returns one
 record per compiled kernel: registers, spills, shared memory, warps, stages, grid,
 config and path.
@@ -22,13 +22,13 @@ from typing import Any
 
 import torch
 
+from kernel_reports.ptxas import ResourcesUnavailable
+from kernel_reports.triton_compile import compile_only, kernel_record
 from kernels import flash_launch, flash_plan
 from kernels.arch import max_shared_bytes
 from kernels.flash_plan import FALLBACK_CONFIG, POINTER, Choice, Kernel
 from kernels.launch_paths import choice_for
-from kernels.ptxas import ResourcesUnavailable
 from kernels.registry import ResourceRecord
-from kernels.triton_compile import compile_only, kernel_record
 
 _NAMES: dict[Kernel, str] = {
     "triton": "triton_flash",

@@ -10,7 +10,7 @@ record a hook returns is the registry's ``ResourceRecord``.
 Also the SASS readers both kernels' offline checks share (``find_cuobjdump``,
 ``exponentials_under_pv``). This module imports neither torch nor triton at import
 time: the CUDA extension's hook uses it with nvcc alone. Triton's compile-only
-machinery is in ``kernels/triton_compile.py``.
+machinery is in ``kernel_reports/triton_compile.py``.
 """
 
 from __future__ import annotations

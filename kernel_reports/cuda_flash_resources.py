@@ -7,7 +7,7 @@ flags and the ``-gencode`` the extension build uses (``cuda_flash.compile_kernel
 template instantiation a call on the workload launches (dtype, head_dim, causal).
 
 The compile covers every instantiation at once; its report is cached on disk under
-``kernels.ptxas.cache_dir()`` by the hash of the sources and flags
+``kernel_reports.ptxas.cache_dir()`` by the hash of the sources and flags
 (``cuda_flash.source_hash``) and the nvcc version, so each (source, arch) compiles
 once. Without nvcc the hook raises ``ResourcesUnavailable`` saying so.
 
@@ -26,6 +26,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from kernel_reports.ptxas import (
+    PtxasEntry,
+    ResourcesUnavailable,
+    cached_text,
+    parse_ptxas,
+    tool_version,
+)
 from kernels import cuda_flash
 from kernels.arch import parse_arch
 from kernels.cuda_flash_plan import (
@@ -34,13 +41,6 @@ from kernels.cuda_flash_plan import (
     hopper_shared_bytes,
     hopper_tile,
     uses_hopper_kernel,
-)
-from kernels.ptxas import (
-    PtxasEntry,
-    ResourcesUnavailable,
-    cached_text,
-    parse_ptxas,
-    tool_version,
 )
 from kernels.registry import ResourceRecord
 
