@@ -1,5 +1,5 @@
 import sys
 
-from guard.cli import main
+from guard.commands.main import main
 
 sys.exit(main())

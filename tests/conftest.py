@@ -201,3 +201,22 @@ def fault_suite(
         "cases:\n  - {shape: [1, 2, 24, 16], causal: true}\n"
     )
     return path
+
+
+def stub_op(monkeypatch: pytest.MonkeyPatch, name: str, fn: object) -> None:
+    """Replace the operation ``name`` wherever a command or an operation looks it up
+    (each module imports it by name), so that a test reaches no real measurement."""
+    import importlib
+    import pkgutil
+
+    import guard.commands
+    import guard.ops
+
+    patched = 0
+    for package in (guard.commands, guard.ops):
+        for info in pkgutil.iter_modules(package.__path__):
+            module = importlib.import_module(f"{package.__name__}.{info.name}")
+            if callable(getattr(module, name, None)):
+                monkeypatch.setattr(module, name, fn)
+                patched += 1
+    assert patched, f"no command or operation has {name}"

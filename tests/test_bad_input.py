@@ -15,7 +15,7 @@ from conftest import ROOT, make_case, make_run
 
 from guard.base import limits
 from guard.base.errors import InfraError
-from guard.cli import main
+from guard.commands.main import main
 from guard.measure import resources
 from guard.store import results
 

@@ -11,9 +11,11 @@ import pytest
 from conftest import ROOT
 from conftest import git as _git
 
-from guard import bisect, core
 from guard.base.errors import BadInput
-from guard.cli import main
+from guard.commands import bisect as cli_bisect
+from guard.commands.main import main
+from guard.ops import bisect
+from guard.ops import measure as ops_measure
 
 SLOW_FROM = 11  # the commit (1-based) that plants the slowdown
 SUITE = """\
@@ -65,10 +67,10 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
 def test_bisect_names_the_planted_commit(repo: tuple[Path, list[str]], monkeypatch) -> None:
     root, commits = repo
     monkeypatch.chdir(root)
-    suite = core.open_suite(root / "suite.yaml")
+    suite = ops_measure.open_suite(root / "suite.yaml")
     lines: list[str] = []
     result = bisect.bisect(
-        suite, "HEAD~16", "HEAD", opts=core.MeasureOptions(device="cpu"), repo=root,
+        suite, "HEAD~16", "HEAD", opts=ops_measure.MeasureOptions(device="cpu"), repo=root,
         progress=lines.append,
     )  # fmt: skip
     assert result.first_bad == commits[SLOW_FROM - 1], (lines, result)
@@ -82,8 +84,8 @@ def test_a_range_without_a_step_is_refused(repo: tuple[Path, list[str]], monkeyp
     monkeypatch.chdir(root)
     with pytest.raises(BadInput, match="nothing to bisect"):
         bisect.bisect(
-            core.open_suite(root / "suite.yaml"), "HEAD~16", "HEAD~9",
-            opts=core.MeasureOptions(device="cpu"), repo=root,
+            ops_measure.open_suite(root / "suite.yaml"), "HEAD~16", "HEAD~9",
+            opts=ops_measure.MeasureOptions(device="cpu"), repo=root,
         )  # fmt: skip
     assert main(["bisect", "reference/b1-h4-s128-d32-full-float32", "--good", "HEAD",
                  "--bad", "HEAD~3", "--suite", "suite.yaml", "--device", "cpu"]) == 2  # fmt: skip
@@ -93,7 +95,7 @@ def test_a_range_without_a_step_is_refused(repo: tuple[Path, list[str]], monkeyp
 def test_a_bisection_is_recorded_where_the_history_names_it(tmp_path: Path) -> None:
     import report_data as data
 
-    from guard import cli_bisect
+    from guard.ops import bisect
     from guard.store import history
 
     db = tmp_path / "h.sqlite"

@@ -1,6 +1,6 @@
 """The PR check (``python -m guard.ci``) against a hostile or broken environment, and
 the gaps it must not leave silent. Nothing here measures: a broken environment is found
-before measuring, and the rest calls ``guard.ci`` / ``core.with_resource_changes`` with
+before measuring, and the rest calls ``guard.ci`` / ``ops_resources.with_resource_changes`` with
 the measurement or the compile child stubbed (the end-to-end run of the ``--base`` mode
 is in test_ci_entrypoint.py)."""
 
@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 import report_data as data
 
-from guard import ci, core
 from guard.base import files, limits
 from guard.decide.compare import Comparison, compare_runs
+from guard.github import ci as github_ci
 from guard.measure import resources
 from guard.measure.resources import KernelResources, ResourceReport
+from guard.ops import check as ops_check
+from guard.ops import resources as ops_resources
 from guard.store.suite import load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,7 +94,7 @@ def test_a_broken_environment_is_one_line_and_exit_2_before_measuring(
     [line] = [x for x in proc.stderr.splitlines() if x.strip()]
     assert line.startswith("[perf-guard] error: ") and named in line and why in line, line
     assert "no kernels/ folder" not in proc.stderr  # it stopped before the check began
-    assert not (tmp_path / "out" / ci.OUTCOME_FILE).exists()
+    assert not (tmp_path / "out" / ops_check.OUTCOME_FILE).exists()
 
 
 def test_an_event_file_over_the_limit_is_refused_unread(tmp_path: Path) -> None:
@@ -112,11 +114,11 @@ def test_the_event_file_still_gives_the_pr_number(
     event.write_text(json.dumps({"pull_request": {"number": 7}}))
     monkeypatch.delenv("PR_NUMBER", raising=False)
     monkeypatch.setenv("GITHUB_EVENT_PATH", str(event))
-    assert ci._pr_number() == 7
+    assert github_ci._pr_number() == 7
     event.write_text(json.dumps({"push": {}}))  # not a pull request: no number, no error
-    assert ci._pr_number() is None
+    assert github_ci._pr_number() is None
     monkeypatch.setenv("PR_NUMBER", "42")
-    assert ci._pr_number() == 42
+    assert github_ci._pr_number() == 42
 
 
 def test_an_out_dir_that_is_a_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -161,7 +163,7 @@ def test_a_baseline_link_is_listed_and_never_followed(
         return digest(path, limit)
 
     monkeypatch.setattr(files, "digest", recorded)
-    assert ci.changed_files(judge, pr, "baselines") == [
+    assert ops_check.changed_files(judge, pr, "baselines") == [
         "baselines/folder (a link: not read)",
         "baselines/pipe.json (a link: not read)",
         "baselines/x.json (a link: not read)",
@@ -174,7 +176,7 @@ def test_a_baselines_folder_that_is_a_link_is_listed_not_walked(tmp_path: Path) 
     (pr / "baselines" / "same.json").unlink()
     (pr / "baselines").rmdir()
     (pr / "baselines").symlink_to(judge / "baselines", target_is_directory=True)
-    assert ci.changed_files(judge, pr, "baselines") == [
+    assert ops_check.changed_files(judge, pr, "baselines") == [
         "baselines (a link: not read)",
         "baselines/same.json",  # gone from the PR's tree as a folder
     ]
@@ -188,7 +190,7 @@ def test_a_baseline_over_the_size_limit_is_listed_unread(
     for tree in (judge, pr):  # even unchanged: what was not read cannot be called the same
         (tree / "baselines" / "big.json").write_text("x" * 1001)
     (pr / "baselines" / "new.json").write_text("{}\n")
-    assert ci.changed_files(judge, pr, "baselines") == [
+    assert ops_check.changed_files(judge, pr, "baselines") == [
         "baselines/big.json (over the 1000-byte limit: not read)",
         "baselines/new.json",
     ]
@@ -199,12 +201,12 @@ def test_a_suite_file_link_in_the_pr_is_not_followed(tmp_path: Path) -> None:
     (tmp_path / "suites").mkdir()
     link = tmp_path / "suites" / "default.yaml"
     link.symlink_to("/dev/zero")  # followed, load_suite would read it until memory ran out
-    assert ci.policy_changes(suite, link, tmp_path) == [
+    assert ops_check.policy_changes(suite, link, tmp_path) == [
         "the PR's suite file default.yaml is a link: not read"
     ]
     link.unlink()
     os.mkfifo(link)
-    assert ci.policy_changes(suite, link, tmp_path) == [
+    assert ops_check.policy_changes(suite, link, tmp_path) == [
         "the PR's suite file default.yaml is not a regular file: not read"
     ]
 
@@ -225,9 +227,9 @@ def _in_actions(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def _measured(monkeypatch: pytest.MonkeyPatch) -> Comparison:
-    """ci.measure stubbed: a comparison of two synthetic H100 runs."""
+    """ops_check.measure stubbed: a comparison of two synthetic H100 runs."""
     comparison = compare_runs(*data.pair())
-    monkeypatch.setattr(ci, "measure", lambda args, base: ci.Measured(comparison))
+    monkeypatch.setattr(ops_check, "measure", lambda *args: ops_check.Measured(comparison))
     return comparison
 
 
@@ -237,17 +239,17 @@ def test_without_gpu_label_the_outcome_names_the_gpu_the_run_recorded(
     _in_actions(monkeypatch, tmp_path)
     gpu = _measured(monkeypatch).candidate.environment.gpu_name
     assert gpu == "NVIDIA H100 80GB HBM3"
-    meta = tmp_path / "out" / ci.OUTCOME_FILE
+    meta = tmp_path / "out" / ops_check.OUTCOME_FILE
     for label in (None, ""):
         if label is not None:
             monkeypatch.setenv("GPU_LABEL", label)
         (tmp_path / "summary.md").unlink(missing_ok=True)
-        ci.main(ARGV)
+        github_ci.main(ARGV)
         assert json.loads(meta.read_text())["gpu"] == gpu
         [heading] = [x for x in (tmp_path / "summary.md").read_text().splitlines() if "###" in x]
         assert f" {gpu}: " in heading, heading  # was "### ... GPU: ..."
     monkeypatch.setenv("GPU_LABEL", "h100")
-    ci.main(ARGV)
+    github_ci.main(ARGV)
     assert json.loads(meta.read_text())["gpu"] == "h100"
 
 
@@ -256,19 +258,19 @@ def test_the_wall_line_says_how_long_the_measuring_took(
 ) -> None:
     _in_actions(monkeypatch, tmp_path)
     comparison = compare_runs(*data.pair())
-    measured = ci.Measured(comparison, seconds=12.0)
-    monkeypatch.setattr(ci, "measure", lambda args, base: measured)
-    ci.main(ARGV)
+    measured = ops_check.Measured(comparison, seconds=12.0)
+    monkeypatch.setattr(ops_check, "measure", lambda *args: measured)
+    github_ci.main(ARGV)
     assert ": measuring 12 s, the rest " in capsys.readouterr().err
 
     # Nothing measured (bad input before measuring): the wall time alone.
-    def fail(args: object, base: str) -> None:
+    def fail(*args: object) -> None:
         from guard.base.errors import BadInput
 
         raise BadInput("x")
 
-    monkeypatch.setattr(ci, "measure", fail)
-    ci.main(ARGV)
+    monkeypatch.setattr(ops_check, "measure", fail)
+    github_ci.main(ARGV)
     wall = [x for x in capsys.readouterr().err.splitlines() if "] wall " in x]
     assert wall and "measuring" not in wall[0], wall
 
@@ -284,14 +286,14 @@ def test_the_summary_has_this_runs_cases_never_a_stale_compare_md(
     (tmp_path / "suites").mkdir()
     for name in ("default.yaml", "surface.yaml"):
         (tmp_path / "suites" / name).write_text((ROOT / "suites" / name).read_text())
-    assert ci.main(ARGV) == 2
+    assert github_ci.main(ARGV) == 2
     summary = (tmp_path / "summary.md").read_text()
     assert "BAD INPUT: " in summary and "no kernels/ folder" in summary
     assert "STALE" not in summary and "Every case" not in summary
     # Measured: the table comes from memory, the same as the compare.md written beside it.
     _measured(monkeypatch)
     (tmp_path / "summary.md").unlink()
-    ci.main(ARGV)
+    github_ci.main(ARGV)
     summary = (tmp_path / "summary.md").read_text()
     table = (tmp_path / "out" / "compare.md").read_text()
     assert "STALE" not in table and "Every case" in summary and table.strip() in summary
@@ -304,14 +306,14 @@ def test_a_failed_check_is_headed_by_its_verdict_not_no_verdict(
     from guard.base.errors import BadInput, InfraError
 
     _in_actions(monkeypatch, tmp_path)
-    meta = tmp_path / "out" / ci.OUTCOME_FILE
+    meta = tmp_path / "out" / ops_check.OUTCOME_FILE
     for error, code, label in ((InfraError, 3, "ERROR: "), (BadInput, 2, "BAD INPUT: ")):
 
-        def fail(args: object, base: str, error: type[Exception] = error) -> None:
+        def fail(*args: object, error: type[Exception] = error) -> None:
             raise error("the candidate's code left 1 process running")
 
-        monkeypatch.setattr(ci, "measure", fail)
-        assert ci.main(ARGV) == code
+        monkeypatch.setattr(ops_check, "measure", fail)
+        assert github_ci.main(ARGV) == code
         headline = json.loads(meta.read_text())["headline"]
         assert headline == f"{label}the candidate's code left 1 process running", headline
 
@@ -344,7 +346,7 @@ def test_resources_of_a_suite_read_from_a_commit_are_compared(
         return ResourceReport(arches=("sm_90",), cases={case_id: (_record(regs),)})
 
     monkeypatch.setattr(resources, "collect_in_tree", collect)
-    out = core.with_resource_changes(comparison, suite, "base", "head")
+    out = ops_resources.with_resource_changes(comparison, suite, "base", "head")
     assert sorted(seen) == [(r, tuple(c.id for c in suite.cases)) for r in ("base", "head")]
     [case] = [c for c in out.cases if c.case_id == case_id]
     assert case.resource_changes == ("sm_90 _attn_fwd: registers 168 -> 190",)
@@ -363,12 +365,12 @@ def test_resources_that_cannot_be_compared_say_why(monkeypatch: pytest.MonkeyPat
     suite = load_suite(ROOT / "suites" / "default.yaml")
     # A suite with neither a file nor its parsed content (built in code).
     bare = replace(suite, source="suites/default.yaml@0123456789ab", raw={})
-    out = core.with_resource_changes(comparison, bare, "base", "head")
+    out = ops_resources.with_resource_changes(comparison, bare, "base", "head")
     assert out.notes[-1] == (
         "compiler resources not compared: the suite 'suites/default.yaml@0123456789ab' "
         "has no file to compile from"
     )
     # Records from one tree only (a hook added): said so, not shown as "no change".
-    out = core.with_resource_changes(comparison, suite, "base", "head")
+    out = ops_resources.with_resource_changes(comparison, suite, "base", "head")
     assert out.notes[-1].startswith("compiler resources not compared for 1 case(s) that have ")
     assert f"e.g. {case_id} (only in the head)" in out.notes[-1]

@@ -16,7 +16,8 @@ import pytest
 from conftest import ROOT, TESTS, fault_suite
 from conftest import git as _git
 
-from guard.cli import main
+from guard.commands.main import main
+from guard.ops import compare as ops_compare
 from guard.store import results
 
 FAULTS = ["--fault-module", "fault_kernels", "--worker-path", str(TESTS)]
@@ -249,23 +250,24 @@ def test_no_gated_kernel_here_is_said_at_once_and_nothing_is_timed(tmp_path, cap
 def test_paired_compare_times_nothing_when_no_gated_kernel_runs(tmp_path):
     """The --against path (compare_arms): the check round's findings, no timing round,
     and the controls say why they were not timed."""
-    from guard import core
     from guard.decide.compare import Status
     from guard.decide.outcome import CheckVerdict
     from guard.measure.runner import Arm
+    from guard.ops import compare as ops_compare
+    from guard.ops import measure as ops_measure
 
     suite_path = suite_file(
         tmp_path, ["fault_illegal_address", "reference"], gate=["fault_illegal_address"]
     )
-    core.load_plugins(["fault_kernels"], [str(TESTS)])
-    opts = core.MeasureOptions(fault_modules=("fault_kernels",), sys_path=(str(TESTS),))
-    comparison = core.compare_arms(
-        core.open_suite(suite_path), Arm("baseline"), Arm("candidate"), opts=opts
+    ops_measure.load_plugins(["fault_kernels"], [str(TESTS)])
+    opts = ops_measure.MeasureOptions(fault_modules=("fault_kernels",), sys_path=(str(TESTS),))
+    comparison = ops_compare.compare_arms(
+        ops_measure.open_suite(suite_path), Arm("baseline"), Arm("candidate"), opts=opts
     )
     assert comparison.verdict is CheckVerdict.NO_VERDICT
     control = next(c for c in comparison.cases if c.kernel == "reference")
     assert control.status is Status.TOO_FEW_ROUNDS
-    assert control.reason == core.CONTROLS_NOT_TIMED
+    assert control.reason == ops_compare.CONTROLS_NOT_TIMED
     assert comparison.candidate.rounds == () or all(
         r.index == 0 for r in comparison.candidate.rounds
     )  # the check round only
@@ -443,7 +445,6 @@ def _interrupt(proc: subprocess.Popen[str], out: Path, tmp_path: Path, marker: s
 def test_against_a_ref_without_kernels_exits_two(tmp_path, monkeypatch, capsys, files, message):
     """Without its own kernels/ package the base arm would import this checkout's and
     compare it with itself: a PASS that means nothing. Refused, naming what is missing."""
-    from guard import core
 
     repo = tmp_path / "repo"
     for rel, content in files.items():
@@ -453,7 +454,7 @@ def test_against_a_ref_without_kernels_exits_two(tmp_path, monkeypatch, capsys, 
     _git(repo, "add", ".")
     _git(repo, "commit", "-qm", "base")
     suite = suite_file(tmp_path, ["reference"])
-    monkeypatch.setattr(core, "compare_arms", lambda *a, **kw: pytest.fail("measured it"))
+    monkeypatch.setattr(ops_compare, "compare_arms", lambda *a, **kw: pytest.fail("measured it"))
     monkeypatch.chdir(repo)
     assert main(["compare", "--against", "HEAD", "--suite", str(suite), "-q"]) == 2
     assert f"guard: error: --against HEAD: {message}" in capsys.readouterr().err

@@ -13,9 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, make_case, make_run, synthetic_rounds
+from conftest import ROOT, make_case, make_run, stub_op, synthetic_rounds
 
-from guard import cli, core
+from guard.commands import main as commands_main
+from guard.ops import baseline as ops_baseline
+from guard.ops import compare as ops_compare
+from guard.ops import outputs as ops_outputs
 from guard.report import terminal
 from guard.store import results
 from guard.store.results import CRASHED, CaseResult
@@ -46,7 +49,7 @@ def test_bracketed_names_print_as_written(tmp_path: Path, capsys) -> None:
     names = ["test_c.py::test_attn[fp16]", "test_c.py::test_attn[bf16]", "test_c.py::t[red]"]
     a = pytest_benchmark_file(tmp_path / "a.json", names)
     b = pytest_benchmark_file(tmp_path / "b.json", names)
-    assert cli.main(["compare", str(a), str(b)]) == 2  # one round each: no verdict
+    assert commands_main.main(["compare", str(a), str(b)]) == 2  # one round each: no verdict
     out = capsys.readouterr().out
     assert "test_attn[fp16]" in out and "test_attn[bf16]" in out and "t[red]" in out
 
@@ -57,9 +60,9 @@ def test_markup_in_a_kernel_message_keeps_the_exit_code(tmp_path, tiny_suite, mo
     run = make_run({case: synthetic_rounds(np.random.default_rng(1), 1e-3)})
     crashed = CaseResult(case, CRASHED, reason="RuntimeError: bad [/] tag [bold]x")
     run = replace(run, cases=(crashed,))
-    monkeypatch.setattr(core, "run", lambda suite, opts, progress: run)
+    stub_op(monkeypatch, "run", lambda suite, opts, progress: run)
     out = tmp_path / "r.json"
-    assert cli.main(["run", "--suite", str(tiny_suite), "--out", str(out), "-q"]) == 3
+    assert commands_main.main(["run", "--suite", str(tiny_suite), "--out", str(out), "-q"]) == 3
     printed = capsys.readouterr().out
     assert "bad [/] tag [bold]x" in printed.replace("\n", "")  # folded by the table
     assert "reference/b[red]x" in printed
@@ -152,9 +155,9 @@ def _refuse_to_measure(*args, **kw):
     ],
 )
 def test_bad_numbers_exit_two_naming_the_flag(tiny_suite, monkeypatch, capsys, argv, flag):
-    monkeypatch.setattr(core, "run", _refuse_to_measure)
-    monkeypatch.setattr(core, "check", _refuse_to_measure)
-    code = cli.main([*argv, "--suite", str(tiny_suite)] if argv[0] != "report" else argv)
+    stub_op(monkeypatch, "run", _refuse_to_measure)
+    stub_op(monkeypatch, "check", _refuse_to_measure)
+    code = commands_main.main([*argv, "--suite", str(tiny_suite)] if argv[0] != "report" else argv)
     assert code == 2
     err = capsys.readouterr().err
     assert f"argument {flag}: must be" in err and "Traceback" not in err
@@ -169,10 +172,10 @@ def test_history_limit_zero_is_refused(tmp_path: Path, capsys) -> None:
     for run in report_data.history_runs(n=3):
         history.append(run, db)
     case_id = "triton_flash/b1-h8-s512-d64-full"
-    assert cli.main(["history", case_id, "--db", str(db), "--limit", "0"]) == 2
+    assert commands_main.main(["history", case_id, "--db", str(db), "--limit", "0"]) == 2
     err = capsys.readouterr().err
     assert "argument --limit: must be an integer from 1 to 1000000000, got '0'" in err
-    assert cli.main(["history", case_id, "--db", str(db), "--limit", "2", "--json"]) == 0
+    assert commands_main.main(["history", case_id, "--db", str(db), "--limit", "2", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["points"]) == 2
 
 
@@ -180,10 +183,10 @@ def test_refresh_without_gpu_refuses_before_measuring(tmp_path, tiny_suite, monk
     from guard.measure import env as guard_env
 
     monkeypatch.setattr(guard_env, "pick_device", lambda requested="auto": ("cpu", "no GPU (test)"))
-    monkeypatch.setattr(core, "run", _refuse_to_measure)
+    stub_op(monkeypatch, "run", _refuse_to_measure)
     bdir = tmp_path / "b"
     argv = ["baseline", "refresh", "--suite", str(tiny_suite), "--dir", str(bdir), "-q"]
-    assert cli.main(argv) == 3
+    assert commands_main.main(argv) == 3
     assert "baseline refresh needs a GPU: no GPU (test)" in capsys.readouterr().err
     assert not bdir.exists()
 
@@ -192,10 +195,10 @@ def test_refresh_out_writes_the_measured_results(tmp_path, tiny_suite, monkeypat
     measured = make_run(
         {make_case(kernel="reference"): synthetic_rounds(np.random.default_rng(2), 1e-3)}
     )
-    monkeypatch.setattr(core, "run", lambda suite, opts, progress, **kw: measured)
+    stub_op(monkeypatch, "run", lambda suite, opts, progress, **kw: measured)
     out, bdir = tmp_path / "res" / "r.json", tmp_path / "b"
     argv = ["baseline", "refresh", "--suite", str(tiny_suite), "--dir", str(bdir), "-q"]
-    assert cli.main([*argv, "--allow-cpu", "--out", str(out)]) == 0
+    assert commands_main.main([*argv, "--allow-cpu", "--out", str(out)]) == 0
     [baseline] = bdir.glob("*.json")
     assert results.load(out).cases == results.load(baseline).cases == measured.cases
 
@@ -210,13 +213,15 @@ def test_no_baseline_warning_is_one_command(tmp_path, tiny_suite, monkeypatch, c
         {make_case(kernel="reference"): synthetic_rounds(np.random.default_rng(3), 1e-3)}
     )
     reason = "no baseline for this hardware (b\n::error::pwned/x.json does not exist)"
-    monkeypatch.setattr(core, "find_baseline", lambda *a: (None, reason))
-    monkeypatch.setattr(
-        core, "compare_with_baseline", lambda *a, **kw: core.CompareOutcome(run, None, reason)
+    stub_op(monkeypatch, "find_baseline", lambda *a: (None, reason))
+    stub_op(
+        monkeypatch,
+        "compare_with_baseline",
+        lambda *a, **kw: ops_compare.CompareOutcome(run, None, reason),
     )
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     argv = ["compare", "--suite", str(tiny_suite), "--out", str(tmp_path / "r.json"), "-q"]
-    assert cli.main(argv) == 2
+    assert commands_main.main(argv) == 2
     commands = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::")]
     assert commands == [
         "::warning title=No baseline::no baseline for this hardware (b%0A::error::pwned/x.json"
@@ -227,10 +232,10 @@ def test_no_baseline_warning_is_one_command(tmp_path, tiny_suite, monkeypatch, c
 def test_refresh_summary_escapes_case_names(tmp_path, tiny_suite, monkeypatch) -> None:
     case = make_case(kernel="reference", name="a|b<img src=x>`c`")
     measured = make_run({case: synthetic_rounds(np.random.default_rng(4), 1e-3)})
-    monkeypatch.setattr(core, "run", lambda suite, opts, progress, **kw: measured)
+    stub_op(monkeypatch, "run", lambda suite, opts, progress, **kw: measured)
     md = tmp_path / "s.md"
     argv = ["baseline", "refresh", "--suite", str(tiny_suite), "--dir", str(tmp_path / "b")]
-    assert cli.main([*argv, "--allow-cpu", "-q", "--markdown", str(md)]) == 0
+    assert commands_main.main([*argv, "--allow-cpu", "-q", "--markdown", str(md)]) == 0
     row = md.read_text().splitlines()[-1]
     assert row.startswith("| reference/a\\|b&lt;img src=x&gt;\\`c\\` | — | ")
     assert row.count("|") - row.count("\\|") == 5
@@ -247,13 +252,13 @@ def test_check_with_no_gated_case_checked_is_no_verdict(tmp_path, tiny_suite, mo
     control = make_case(kernel="sdpa", name="x", gate=False)
     run = make_run({gated: (), control: ()}, status={gated.id: UNAVAILABLE})
     run = replace(run, cases=(replace(run.cases[0], reason="needs a CUDA GPU"), run.cases[1]))
-    monkeypatch.setattr(core, "check", lambda suite, opts, progress: run)
+    stub_op(monkeypatch, "check", lambda suite, opts, progress: run)
     argv = ["check", "--suite", str(tiny_suite), "--out", str(tmp_path / "r.json"), "-q"]
-    assert cli.main(argv) == 2
+    assert commands_main.main(argv) == 2
     assert "NO VERDICT: no gated kernel could be checked here (triton_flash: needs a CUDA GPU)" in (
         capsys.readouterr().out.replace("\n", " ")
     )
-    assert cli.main([*argv, "--json"]) == 2  # stdout stays the results document
+    assert commands_main.main([*argv, "--json"]) == 2  # stdout stays the results document
     captured = capsys.readouterr()
     assert json.loads(captured.out)["guard"]["cases"][0]["status"] == UNAVAILABLE
     assert "NO VERDICT: no gated kernel could be checked here" in captured.err
@@ -274,7 +279,7 @@ def test_no_baseline_hint_is_a_command_that_works_here(
 
     monkeypatch.setattr(guard_env, "pick_device", lambda requested="auto": (device, ""))
     monkeypatch.setattr(guard_env, "device_slug", lambda d: f"{d}-test")
-    baseline, reason = core.find_baseline(tmp_path / "none")
+    baseline, reason = ops_baseline.find_baseline(tmp_path / "none")
     assert baseline is None
     assert wanted in reason and unwanted not in reason
 
@@ -287,13 +292,13 @@ def test_results_file_is_named_and_the_previous_one_kept(tmp_path, tiny_suite, m
     run = make_run(
         {make_case(kernel="reference"): synthetic_rounds(np.random.default_rng(5), 1e-3)}
     )
-    monkeypatch.setattr(core, "check", lambda suite, opts, progress: run)
+    stub_op(monkeypatch, "check", lambda suite, opts, progress: run)
     monkeypatch.chdir(tmp_path)
     argv = ["check", "--suite", str(tiny_suite), "-q"]
-    assert cli.main(argv) == 0
+    assert commands_main.main(argv) == 0
     assert "[guard] results written to results/guard-results.json\n" in capsys.readouterr().err
     first = (tmp_path / "results" / "guard-results.json").read_text()
-    assert cli.main(argv) == 0
+    assert commands_main.main(argv) == 0
     err = capsys.readouterr().err
     assert (
         "[guard] results written to results/guard-results.json (the previous results moved "
@@ -302,7 +307,7 @@ def test_results_file_is_named_and_the_previous_one_kept(tmp_path, tiny_suite, m
     assert (tmp_path / "results" / "guard-results.previous.json").read_text() == first
 
     out = tmp_path / "mine.json"  # a path the user chose: replaced, and said so
-    assert cli.main([*argv, "--out", str(out)]) == 0
+    assert commands_main.main([*argv, "--out", str(out)]) == 0
     assert f"[guard] results written to {out}\n" in capsys.readouterr().err
 
 
@@ -310,12 +315,14 @@ def test_compare_says_where_it_wrote(tmp_path, tiny_suite, monkeypatch, capsys):
     run = make_run(
         {make_case(kernel="reference"): synthetic_rounds(np.random.default_rng(6), 1e-3)}
     )
-    monkeypatch.setattr(core, "find_baseline", lambda *a: (None, "no baseline (test)."))
-    monkeypatch.setattr(
-        core, "compare_with_baseline", lambda *a, **kw: core.CompareOutcome(run, None, "none")
+    stub_op(monkeypatch, "find_baseline", lambda *a: (None, "no baseline (test)."))
+    stub_op(
+        monkeypatch,
+        "compare_with_baseline",
+        lambda *a, **kw: ops_compare.CompareOutcome(run, None, "none"),
     )
     out = tmp_path / "c.json"
-    assert cli.main(["compare", "--suite", str(tiny_suite), "--out", str(out), "-q"]) == 2
+    assert commands_main.main(["compare", "--suite", str(tiny_suite), "--out", str(out), "-q"]) == 2
     assert f"[guard] results written to {out}" in capsys.readouterr().err
     assert results.load(out).cases == run.cases
 
@@ -351,7 +358,7 @@ def test_unwritable_output_paths_exit_two_before_measuring(
     res = tmp_path / "res.json"
     results.save(run, res)
     for name in ("check", "run", "compare_with_baseline", "compare_against"):
-        monkeypatch.setattr(core, name, _refuse_to_measure)
+        stub_op(monkeypatch, name, _refuse_to_measure)
     bad = _output_paths(tmp_path)[where]
     if command == "report":
         argv = ["report", str(res), option, str(bad)]
@@ -359,7 +366,7 @@ def test_unwritable_output_paths_exit_two_before_measuring(
         argv = [command, "--suite", str(tiny_suite), "-q", option, str(bad)]
         if command == "compare":
             argv += ["--baselines", str(tmp_path / "none")]
-    assert cli.main(argv) == 2
+    assert commands_main.main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"guard: error: {option} {bad}: "), err
     assert "Traceback" not in err
@@ -367,7 +374,7 @@ def test_unwritable_output_paths_exit_two_before_measuring(
 
 def test_compare_files_html_into_a_directory_exits_two(tmp_path, capsys):
     a = pytest_benchmark_file(tmp_path / "a.json", ["t.py::test_a"])
-    assert cli.main(["compare", str(a), str(a), "--html", str(tmp_path)]) == 2
+    assert commands_main.main(["compare", str(a), str(a), "--html", str(tmp_path)]) == 2
     assert f"--html {tmp_path}: is a directory" in capsys.readouterr().err
 
 
@@ -377,7 +384,7 @@ def test_a_failed_write_names_its_option(tmp_path) -> None:
 
     (tmp_path / "r.html").mkdir()
     with pytest.raises(BadInput, match=r"^--html .*r\.html: cannot write"):
-        core.write_output("--html", tmp_path / "r.html", "<p>")
+        ops_outputs.write_output("--html", tmp_path / "r.html", "<p>")
 
 
 def test_reasons_and_the_baseline_only_failure_are_on_screen(tmp_path, capsys) -> None:
@@ -398,7 +405,7 @@ def test_reasons_and_the_baseline_only_failure_are_on_screen(tmp_path, capsys) -
     )
     results.save(base, tmp_path / "base.json")
     results.save(cand, tmp_path / "head.json")
-    code = cli.main(["compare", str(tmp_path / "base.json"), str(tmp_path / "head.json")])
+    code = commands_main.main(["compare", str(tmp_path / "base.json"), str(tmp_path / "head.json")])
     out = capsys.readouterr().out
     assert code == 1
     assert f"why: {broken.id}: rel err 0.31 > bound 0.002" in out

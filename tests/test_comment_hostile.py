@@ -1,4 +1,4 @@
-"""The PR comment from hostile or oversized outcome files: ``python -m guard.comment``
+"""The PR comment from hostile or oversized outcome files: ``python -m guard.github.comment``
 answers every bad input with one line and exit 2 (never a traceback, a hang or all
 memory), writes a comment that mentions no one and links only http(s) URLs, and keeps
 it within GitHub's 65,536-character limit without cutting a Markdown construct."""
@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from guard import comment
 from guard.base import text
 from guard.decide.outcome import (
     MAX_CASES,
@@ -27,6 +26,7 @@ from guard.decide.outcome import (
     CheckVerdict,
     Outcome,
 )
+from guard.report import comment
 
 ROOT = Path(__file__).resolve().parent.parent
 GITHUB_MAX_BODY = 65_536  # characters GitHub accepts in a comment
@@ -41,7 +41,7 @@ def _limit_memory() -> None:
 
 def _cli(*args: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-s", "-E", "-m", "guard.comment", *map(str, args)],
+        [sys.executable, "-s", "-E", "-m", "guard.github.comment", *map(str, args)],
         cwd=ROOT, capture_output=True, text=True, errors="replace", timeout=120,
         preexec_fn=_limit_memory,
     )  # fmt: skip
@@ -50,7 +50,7 @@ def _cli(*args: object) -> subprocess.CompletedProcess[str]:
 def _assert_one_line_error(proc: subprocess.CompletedProcess[str], names: str) -> None:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert proc.stderr.startswith("guard.comment: error: ") and proc.stderr.count("\n") == 1
+    assert proc.stderr.startswith("guard.github.comment: error: ") and proc.stderr.count("\n") == 1
     assert names in proc.stderr
 
 

@@ -10,7 +10,7 @@ from conftest import make_case, make_env, make_run, synthetic_rounds
 from guard.base import stats
 from guard.base.errors import BadInput, ExitCode
 from guard.base.stats import Threshold, Verdict
-from guard.cli import main
+from guard.commands.main import main
 from guard.decide.compare import Status, compare_runs, replace_cases
 from guard.decide.outcome import CheckVerdict, Outcome
 from guard.store import results

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 from report_data import case, make_run
 
-from guard import core
+from guard.ops import compare as ops_compare
+from guard.ops import measure as ops_measure
 from guard.store.results import OK, CaseResult
 from guard.store.suite import TimingPlan
 
@@ -35,8 +36,8 @@ def _decide(plan: TimingPlan, gpu: TimingPlan, factor: float) -> str:
     session = SimpleNamespace(
         suite=suite, plan=plan, rounds_done=plan.max_rounds, lanes=[None], time=lambda *a: None
     )
-    opts = core.MeasureOptions(rounds=plan.rounds, max_rounds=plan.max_rounds)
-    comparison = core._sequential(session, lambda: (base, cand), opts, paired=True)  # type: ignore[arg-type]
+    opts = ops_measure.MeasureOptions(rounds=plan.rounds, max_rounds=plan.max_rounds)
+    comparison = ops_compare.sequential_rounds(session, lambda: (base, cand), opts, paired=True)  # type: ignore[arg-type]
     (only,) = comparison.cases
     return only.verdict.value if hasattr(only.verdict, "value") else str(only.verdict)
 

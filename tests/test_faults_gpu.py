@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import TESTS
 
-from guard.cli import main
+from guard.commands.main import main
 from guard.store import results
 
 pytestmark = [

@@ -16,9 +16,9 @@ import pytest
 import report_data as data
 from conftest import ROOT
 
-from guard import cli
 from guard.base.errors import ExitCode, GuardError
-from guard.store import results
+from guard.commands import main as commands_main
+from guard.store import atomic, results
 
 
 @pytest.fixture(params=[0o022, 0o027, 0o002])
@@ -36,10 +36,10 @@ def _mode(path: Path) -> int:
 
 def test_write_atomic_gives_the_normal_mode(tmp_path: Path, umask: int) -> None:
     path = tmp_path / "sub" / "f.json"
-    results.write_atomic(path, "one")
+    atomic.write_atomic(path, "one")
     assert _mode(path) == 0o666 & ~umask
     path.chmod(0o600)  # replacing a file gives the new one the normal mode too
-    results.write_atomic(path, "two")
+    atomic.write_atomic(path, "two")
     assert path.read_text() == "two" and _mode(path) == 0o666 & ~umask
 
 
@@ -50,7 +50,7 @@ def test_compare_writes_reports_with_the_normal_mode(tmp_path: Path, umask: int,
     results.save(cand, cpath)
     md, html = tmp_path / "s.md", tmp_path / "r.html"
     argv = ["compare", str(bpath), str(cpath), "--markdown", str(md), "--html", str(html)]
-    assert cli.main(argv) == 1
+    assert commands_main.main(argv) == 1
     for path in (bpath, cpath, md, html):
         assert _mode(path) == 0o666 & ~umask, path
 
@@ -59,14 +59,14 @@ def test_compare_writes_reports_with_the_normal_mode(tmp_path: Path, umask: int,
 
 _STALLED_WRITER = """
 import os, sys, time
-from guard.store import results
+from guard.store import atomic
 
 def stall(fd):  # the temporary file is written, not yet renamed: the test's SIGTERM comes
     print("writing", flush=True)
     time.sleep(600)
 
 os.fsync = stall
-results.write_atomic(sys.argv[1], "new" * (8 << 20))
+atomic.write_atomic(sys.argv[1], "new" * (8 << 20))
 """
 
 
@@ -104,7 +104,7 @@ def test_write_atomic_to_a_directory_or_under_a_file_says_which(tmp_path: Path) 
         (plain / "sub" / "r.html", f"{plain} is not a directory"),
     ):
         with pytest.raises(OSError) as err:  # what callers of a writer expect
-            results.write_atomic(path, "text")
+            atomic.write_atomic(path, "text")
         assert str(err.value) == f"{path}: cannot write: {why}" and err.value.strerror == why
         assert isinstance(err.value, GuardError) and err.value.exit_code == ExitCode.BAD_INPUT
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["out", "plain.txt"]  # no tmp
@@ -118,7 +118,7 @@ def test_cli_writing_a_report_onto_a_directory_exits_two(tmp_path: Path, capsys)
     results.save(cand, cpath)
     folder = tmp_path / "html"
     folder.mkdir()
-    assert cli.main(["compare", str(bpath), str(cpath), "--html", str(folder)]) == 2
+    assert commands_main.main(["compare", str(bpath), str(cpath), "--html", str(folder)]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()  # one line, no traceback
     assert line.startswith("guard: error: ") and f"{folder}: " in line and "directory" in line
     assert list(folder.iterdir()) == [] and len(list(tmp_path.iterdir())) == 3

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from guard.cli import main
+from guard.commands.main import main
 
 CORPUS = sorted(
     p for p in (Path(__file__).parent / "fuzz_corpus").iterdir() if p.suffix in (".json", ".yaml")

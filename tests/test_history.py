@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import report_data as data
 
-from guard import cli
 from guard.base.errors import BadInput
+from guard.commands import main as commands_main
 from guard.report import render
 from guard.store import history
 from guard.store.results import CRASHED, CaseResult
@@ -208,15 +208,17 @@ def test_unreadable_rows_are_skipped_and_counted(tmp_path: Path, capsys) -> None
     assert t.skipped_note(db).startswith(f"{db}: skipped 6 unreadable row(s) of {CASE!r}")
     assert history.trend_json(t)["skipped"] == list(t.skipped)
 
-    from guard import cli
+    from guard.commands import main as commands_main
     from guard.store import results
 
-    assert cli.main(["history", CASE, "--db", str(db)]) == 0
+    assert commands_main.main(["history", CASE, "--db", str(db)]) == 0
     assert f"{db}: skipped 6 unreadable row(s)" in capsys.readouterr().err
     res = tmp_path / "r.json"
     results.save(runs[-1], res)
     assert (
-        cli.main(["report", str(res), "--history", str(db), "--html", str(tmp_path / "r.html")])
+        commands_main.main(
+            ["report", str(res), "--history", str(db), "--html", str(tmp_path / "r.html")]
+        )
         == 0
     )
     assert "skipped 6 unreadable row(s)" in capsys.readouterr().err
@@ -343,7 +345,7 @@ def test_a_step_names_the_commit_that_made_it_or_that_bisection_is_pending(
     assert (js["bisection"], js["made_by"], js["good"]) == ("found", culprit, good)
     # Another case's step is not this one's.
     assert history.trend(db, FLAT).made_by == ()
-    assert cli.main(["history", CASE, "--db", str(db)]) == 0
+    assert commands_main.main(["history", CASE, "--db", str(db)]) == 0
     assert f"made by {culprit[:10]}" in capsys.readouterr().out
 
 
@@ -502,7 +504,9 @@ def test_a_long_history_is_read_through_the_index_and_shows_the_last_runs(
     assert t.steps[0].ratio == pytest.approx(1.1, rel=0.01)
 
     made.clear()
-    assert cli.main(["history", CASE, "--db", str(db), "--json"]) == 0  # the CLI's default
+    assert (
+        commands_main.main(["history", CASE, "--db", str(db), "--json"]) == 0
+    )  # the CLI's default
     shown = json.loads(capsys.readouterr().out)
     assert len(shown["points"]) == len(made) == limit and shown["truncated"] is True
     assert shown["steps"][0]["index"] == limit - 300
@@ -514,16 +518,16 @@ def test_history_window_flags(tmp_path: Path, capsys) -> None:
     db = tmp_path / "h.sqlite"
     for r in data.history_runs(n=5):
         history.append(r, db)
-    assert cli.build_parser().parse_args(["history", CASE]).limit == history.DEFAULT_LIMIT
+    assert commands_main.build_parser().parse_args(["history", CASE]).limit == history.DEFAULT_LIMIT
     base = ["history", CASE, "--db", str(db)]
-    assert cli.main([*base, "--limit", "2"]) == 0
+    assert commands_main.main([*base, "--limit", "2"]) == 0
     assert "the last 2 runs; --all for older ones" in " ".join(capsys.readouterr().out.split())
-    assert cli.main([*base, "--all", "--json"]) == 0
+    assert commands_main.main([*base, "--all", "--json"]) == 0
     every = json.loads(capsys.readouterr().out)
     assert len(every["points"]) == 5 and every["truncated"] is False
-    assert cli.main([*base, "--limit", "5", "--json"]) == 0
+    assert commands_main.main([*base, "--limit", "5", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["truncated"] is False  # nothing older
-    assert cli.main([*base, "--all", "--limit", "2"]) == 2
+    assert commands_main.main([*base, "--all", "--limit", "2"]) == 2
     assert "not allowed with argument" in capsys.readouterr().err
     with pytest.raises(BadInput, match="limit: must be a positive count"):
         history.trend(db, CASE, limit=0)

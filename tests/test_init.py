@@ -8,7 +8,7 @@ import pytest
 import yaml
 from test_workflows import REUSABLE, caller_problems, load, real
 
-from guard.cli import main
+from guard.commands.main import main
 from guard.store.suite import load_suite
 
 REF = os.urandom(20).hex()  # any commit: the workflow pins what it is given
@@ -33,7 +33,7 @@ def test_init_writes_a_suite_and_a_workflow_that_hold(tmp_path, capsys):
 
 
 def test_init_defaults_to_here_and_this_guard_commit(tmp_path, monkeypatch, capsys):
-    from guard import cli_init
+    from guard.commands import init as cli_init
 
     monkeypatch.setattr(cli_init, "guard_commit", lambda: REF)
     monkeypatch.chdir(tmp_path)

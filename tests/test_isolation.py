@@ -25,12 +25,13 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, TESTS, fault_suite
 
-from guard import core
 from guard.base.errors import BadInput, ExitCode
-from guard.cli import main
+from guard.commands.main import main
 from guard.measure import proc
 from guard.measure.protocol import CaseJob, WorkerJob
 from guard.measure.runner import Arm, Progress, Rounds
+from guard.ops import compare as ops_compare
+from guard.ops import measure as ops_measure
 from guard.report import terminal
 from guard.store.suite import load_suite
 
@@ -72,7 +73,7 @@ def test_an_arm_whose_kernels_is_not_its_own_package_is_refused(tmp_path, init):
     assert "candidate's kernels/" in message
     # The paired comparison the PR check runs says the same, with exit code 2.
     with pytest.raises(BadInput):
-        core.compare_arms(suite, *arms, opts=core.MeasureOptions(device="cpu"))
+        ops_compare.compare_arms(suite, *arms, opts=ops_measure.MeasureOptions(device="cpu"))
     assert caught.value.exit_code == ExitCode.BAD_INPUT
 
 

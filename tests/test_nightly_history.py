@@ -134,7 +134,7 @@ def test_nights_land_and_a_moved_branch_is_refused_not_overwritten(tmp_path: Pat
 def test_a_nights_bisections_land_in_the_history_and_on_the_site(tmp_path: Path) -> None:
     import json
 
-    from guard import bisect
+    from guard.ops import bisect
 
     remote = tmp_path / "attn-guard.git"
     subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)

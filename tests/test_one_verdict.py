@@ -10,12 +10,13 @@ from dataclasses import replace
 import pytest
 from conftest import make_case, make_run, synthetic_rounds
 
-from guard import core
 from guard.base.errors import ExitCode
-from guard.cli import main
+from guard.commands.main import main
 from guard.decide.compare import compare_runs, run_verdict
 from guard.decide.outcome import CheckVerdict
 from guard.measure import proc, runner
+from guard.ops import compare as ops_compare
+from guard.ops import pytest_compare as ops_pytest_compare
 from guard.report import report
 from guard.store import results
 from guard.store.results import CRASHED, WRONG
@@ -70,14 +71,14 @@ def test_comparison_headline_and_exit_code_follow_its_verdict(rng, slowdown, sta
 
 def test_no_baseline_with_wrong_results_is_headed_fail_not_no_verdict(rng):
     _, cand = _runs(rng, status={"triton_flash/b1-h8-s512-d64-full": WRONG})
-    outcome = core.CompareOutcome(cand, None, "no baseline for this GPU")
+    outcome = ops_compare.CompareOutcome(cand, None, "no baseline for this GPU")
     assert outcome.exit_code == ExitCode.FAIL
     assert outcome.headline.startswith("FAIL: ")
 
 
 def test_no_baseline_nothing_wrong_is_no_verdict(rng):
     _, cand = _runs(rng)
-    outcome = core.CompareOutcome(cand, None, "no baseline for this GPU")
+    outcome = ops_compare.CompareOutcome(cand, None, "no baseline for this GPU")
     assert outcome.exit_code == ExitCode.BAD_INPUT
     assert outcome.headline == "NO VERDICT: no baseline for this GPU"
 
@@ -110,8 +111,8 @@ def _files(tmp_path, rng, drift: float):
 
 def test_compare_files_decides_under_the_given_plan(tmp_path, rng):
     base, cand, _ = _files(tmp_path, rng, 0.4)
-    assert core.compare_files(base, cand).verdict is CheckVerdict.REGRESSION
-    loose = core.compare_files(base, cand, plan=TimingPlan(drift=0.4))
+    assert ops_pytest_compare.compare_files(base, cand).verdict is CheckVerdict.REGRESSION
+    loose = ops_pytest_compare.compare_files(base, cand, plan=TimingPlan(drift=0.4))
     assert loose.verdict is CheckVerdict.PASS
     assert loose.plan.drift == 0.4
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from guard import comment
 from guard.base.errors import ExitCode
 from guard.decide.outcome import (
     MAX_TEXT,
@@ -23,6 +22,8 @@ from guard.decide.outcome import (
     Outcome,
     OutcomeFileError,
 )
+from guard.github import comment as github_comment
+from guard.report import comment
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,7 +135,7 @@ def test_comment_cli_refuses_an_unknown_version(tmp_path):
     meta = tmp_path / "meta.json"
     meta.write_text(json.dumps({**_outcome().to_json(), "schema_version": 99}))
     proc = subprocess.run(
-        [sys.executable, "-s", "-E", "-m", "guard.comment", "--meta", str(meta),
+        [sys.executable, "-s", "-E", "-m", "guard.github.comment", "--meta", str(meta),
          "--out", str(tmp_path / "c.md")],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -142,7 +143,7 @@ def test_comment_cli_refuses_an_unknown_version(tmp_path):
     assert not (tmp_path / "c.md").exists()
     meta.write_text(json.dumps(_outcome().to_json()))
     proc = subprocess.run(
-        [sys.executable, "-s", "-E", "-m", "guard.comment", "--meta", str(meta),
+        [sys.executable, "-s", "-E", "-m", "guard.github.comment", "--meta", str(meta),
          "--out", str(tmp_path / "c.md")],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -228,7 +229,7 @@ def test_what_the_check_writes_the_comment_reads(tmp_path):
         assert len(text) <= MAX_TEXT and text.endswith(f"[cut: {length} characters in all]")
     assert read_back.reason.startswith("RuntimeError: xxx")
     assert len(again.notes) == 200 and again.notes[-1] == "... and 301 more left out"
-    assert comment.main(["--meta", str(meta), "--out", str(tmp_path / "c.md")]) == 0
+    assert github_comment.main(["--meta", str(meta), "--out", str(tmp_path / "c.md")]) == 0
     assert "RuntimeError" in (tmp_path / "c.md").read_text()
 
 

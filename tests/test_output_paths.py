@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from test_publish import _runs
 
-from guard import cli
-from guard.store import results
+from guard.commands import main as commands_main
+from guard.store import atomic, results
 
 
 def _specials(tmp_path: Path) -> dict[str, Path]:
@@ -33,8 +33,8 @@ def _specials(tmp_path: Path) -> dict[str, Path]:
 def test_the_writer_refuses_what_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
     path = _specials(tmp_path)[kind]
     before = os.lstat(path)
-    with pytest.raises(results.CannotWrite, match="not a regular file: refused") as caught:
-        results.write_atomic(path, "x")
+    with pytest.raises(atomic.CannotWrite, match="not a regular file: refused") as caught:
+        atomic.write_atomic(path, "x")
     assert caught.value.exit_code == 2
     after = os.lstat(path)
     kind = stat.S_IFMT
@@ -55,7 +55,7 @@ def test_commands_refuse_them_before_anything_runs(
         argv = ["run", "--device", "cpu", "--out", str(path)]
     else:
         argv = ["report", str(saved), option, str(path)]
-    assert cli.main(argv) == 2
+    assert commands_main.main(argv) == 2
     assert "not a regular file: refused" in capsys.readouterr().err
     assert os.lstat(path).st_ino == before.st_ino
 
@@ -63,7 +63,7 @@ def test_commands_refuse_them_before_anything_runs(
 def test_a_regular_file_is_still_replaced_whole(tmp_path: Path) -> None:
     path = tmp_path / "out.md"
     path.write_text("old")
-    results.write_atomic(path, "new")
+    atomic.write_atomic(path, "new")
     assert path.read_text() == "new"
 
 
@@ -74,9 +74,11 @@ def test_two_files_compare_outside_a_checkout(tmp_path: Path, monkeypatch, capsy
     results.save(base, tmp_path / "old.json")
     results.save(head, tmp_path / "new.json")
     monkeypatch.chdir(tmp_path)
-    assert cli.main(["compare", "old.json", "new.json"]) in (0, 1)
+    assert commands_main.main(["compare", "old.json", "new.json"]) in (0, 1)
     assert "suite file not found" not in capsys.readouterr().err
-    assert cli.main(["compare", "old.json", "new.json", "--suite", "none.yaml"]) == 2
+    assert commands_main.main(["compare", "old.json", "new.json", "--suite", "none.yaml"]) == 2
     capsys.readouterr()
-    assert cli.main(["compare", "--against", "HEAD"]) == 2  # no suite here: what would work
+    assert (
+        commands_main.main(["compare", "--against", "HEAD"]) == 2
+    )  # no suite here: what would work
     assert "--pytest ARGS" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The GPU check's gate (``python -m guard.perf_test``) against a fake GitHub API: only
+"""The GPU check's gate (``python -m guard.github.perf_test``) against a fake GitHub API: only
 a maintainer's dispatch for the pull request's head now opens the check run; the check
 run passes only when every GPU kind's verdict passed and the measuring jobs ran; the
 comment links the run GitHub names, not one from the artifact."""
@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from test_comment_hostile import _meta, _valid
 
-from guard import comment, perf_test
-from guard.perf_test import Refused, Request
+from guard.github import comment as github_comment
+from guard.github import perf_test
+from guard.github.perf_test import Refused, Request
 
 HEAD, BASE, OTHER = "a" * 40, "b" * 40, "c" * 40
 DISPATCH = {"EVENT_NAME": "workflow_dispatch", "ACTOR": "maintainer", "INPUT_PR": "7",
@@ -137,7 +138,7 @@ def test_the_comment_links_the_run_github_names(tmp_path: Path) -> None:
     meta = _meta(tmp_path, _valid(run_url="https://evil.example/phish"))
     out = tmp_path / "c.md"
     run = "https://github.com/o/r/actions/runs/99"
-    assert comment.main(["--meta", str(meta), "--out", str(out), "--run-url", run]) == 0
+    assert github_comment.main(["--meta", str(meta), "--out", str(out), "--run-url", run]) == 0
     text = out.read_text()
     assert run in text and "evil.example" not in text
 

@@ -24,10 +24,11 @@ import pytest
 from conftest import ROOT, TESTS, fault_suite, make_case, make_run
 from conftest import git as _git
 
-from guard import core
 from guard.base.errors import ExitCode
-from guard.cli import main
+from guard.commands.main import main
 from guard.decide.compare import Comparison, compare_runs
+from guard.ops import pytest_compare as ops_pytest_compare
+from guard.ops import trees as ops_trees
 from guard.store import results
 from guard.store.results import UNAVAILABLE
 
@@ -247,7 +248,7 @@ def test_worktree_removes_its_whole_temporary_folder(tmp_path, monkeypatch):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    with core.worktree("HEAD", repo) as tree:
+    with ops_trees.worktree("HEAD", repo) as tree:
         assert (tree / "kernels" / "registry.py").exists()
     assert list(scratch.iterdir()) == []
     assert _git(repo, "worktree", "list").strip().count("\n") == 0
@@ -329,7 +330,7 @@ def test_all_cases_unavailable_is_no_verdict(rng):
 def test_empty_pytest_benchmark_files_are_no_verdict(tmp_path, capsys):
     for name in ("a.json", "b.json"):
         (tmp_path / name).write_text(json.dumps({"version": "5.2.3", "benchmarks": []}))
-    comparison = core.compare_files(tmp_path / "a.json", tmp_path / "b.json")
+    comparison = ops_pytest_compare.compare_files(tmp_path / "a.json", tmp_path / "b.json")
     _no_verdict(comparison)
     assert main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 2
     assert "NO VERDICT: no gated case was measured" in capsys.readouterr().out

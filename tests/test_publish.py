@@ -13,7 +13,7 @@ import numpy as np
 import report_data as data
 from test_report import _chromium, _console_errors, needs_chromium
 
-from guard import cli
+from guard.commands import main as commands_main
 from guard.report import site
 from guard.store import history
 from guard.store.changepoint import detect_steps
@@ -69,7 +69,9 @@ def _db(tmp_path: Path, runs: list[RunResult]) -> Path:
 
 
 def _publish(db: Path, out: Path, *extra: str) -> int:
-    return cli.main(["publish", "--db", str(db), "--out", str(out), "--repo-url", REPO, *extra])
+    return commands_main.main(
+        ["publish", "--db", str(db), "--out", str(out), "--repo-url", REPO, *extra]
+    )
 
 
 def _svgs(html: str) -> list[str]:
@@ -200,12 +202,15 @@ def test_data_is_text_never_markup(tmp_path: Path) -> None:
     ]
     db = _db(tmp_path, runs)
     assert (
-        cli.main(["publish", "--db", str(db), "--out", str(tmp_path / "s"), "--repo-url", ""]) == 0
+        commands_main.main(
+            ["publish", "--db", str(db), "--out", str(tmp_path / "s"), "--repo-url", ""]
+        )
+        == 0
     )
     for path in (tmp_path / "s").rglob("*.html"):
         html = path.read_text("utf-8")
         assert "<script" not in html and "/commit/" not in html
-    assert cli.main(["publish", "--db", str(db), "--out", str(tmp_path / "t"),
+    assert commands_main.main(["publish", "--db", str(db), "--out", str(tmp_path / "t"),
                      "--repo-url", "javascript:alert(1)"]) == 2  # fmt: skip
 
 

@@ -22,7 +22,7 @@ import pytest
 from conftest import ROOT
 
 from guard.base.errors import BadInput
-from guard.cli import main
+from guard.commands.main import main
 from guard.measure import pytest_rounds
 
 EXAMPLE = ROOT / "examples" / "pytest_benchmark_demo"
@@ -245,7 +245,7 @@ def test_benchmark_compare_fail_sets_the_threshold():
     assert args == ("-k", "fast", "--benchmark-warmup=on") and threshold == "median:7%"
     args, threshold = pytest_rounds.parse_args(["--benchmark-compare-fail", "median:3%"], None)
     assert args == () and threshold == "median:3%"
-    # No threshold given: each round by its fastest sample (results.PYTEST_LIVE_THRESHOLD).
+    # No threshold given: each round by its fastest sample (pytest_benchmark.PYTEST_LIVE_THRESHOLD).
     assert pytest_rounds.parse_args(["x"], None) == (("x",), "min:5%")
     assert pytest_rounds.parse_args(["--benchmark-compare-fail=min:4%"], None) == ((), "min:4%")
     with pytest.raises(BadInput, match="only the median and the minimum"):
@@ -258,6 +258,7 @@ def test_a_min_threshold_raises_the_default_ceiling_of_rounds():
     """min:N% is for a shared CPU, where a 5% question took more than 20 rounds a tree; the
     median keeps the plan's ceiling, and --max-rounds always wins (core's caller)."""
     from guard.core import SHARED_CPU_MAX_ROUNDS, pytest_round_ceiling
+
     from guard.store.suite import TimingPlan
 
     plan = TimingPlan()

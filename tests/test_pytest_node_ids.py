@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 from conftest import synthetic_rounds
 
-from guard import cli, comment, core
 from guard.base.errors import BadInput
+from guard.commands import main as commands_main
 from guard.decide.compare import compare_runs
-from guard.report import render, report
-from guard.store import history, results
+from guard.ops import pytest_compare as ops_pytest_compare
+from guard.report import comment, render, report
+from guard.store import history, pytest_benchmark, results
 from guard.store.results import OK, CaseResult, RoundInfo, RunResult
 
 NESTED = "bench/test_x.py::test_y[a]"
@@ -36,10 +37,10 @@ def _run(
     rng = np.random.default_rng(seed)
     cases = tuple(
         CaseResult(
-            case=results.pytest_case(name, threshold),
+            case=pytest_benchmark.pytest_case(name, threshold),
             status=OK,
             rounds=synthetic_rounds(rng, (1 + k) * 1e-4, per_round=8),
-            method=results.PYTEST_METHOD,
+            method=pytest_benchmark.PYTEST_METHOD,
         )
         for k, name in enumerate(names)
     )
@@ -123,13 +124,13 @@ def test_a_schema_2_file_pairs_every_benchmark_with_a_new_file(tmp_path: Path, c
     one with a "/" in its parameter id too, and the head's ids are shown."""
     new = tmp_path / "new.json"
     results.save(_run(NODES), new)
-    assert cli.main(["compare", str(V2_FILE), str(new), "--json"]) in (0, 1)
+    assert commands_main.main(["compare", str(V2_FILE), str(new), "--json"]) in (0, 1)
     doc = json.loads(capsys.readouterr().out)
     assert [c["id"] for c in doc["cases"]] == [f"pytest/{n}" for n in NODES]
     assert all(c["baseline_median_s"] is not None and c["ci"] is not None for c in doc["cases"])
     assert not any("not measured" in n for n in doc["notes"])
     # And the other way round: the new file as the base.
-    comparison = core.compare_files(new, V2_FILE)
+    comparison = ops_pytest_compare.compare_files(new, V2_FILE)
     assert all(c.baseline is not None for c in comparison.cases)
 
 
@@ -150,13 +151,13 @@ def test_compare_output_shows_the_node_id_verbatim(tmp_path: Path, capsys) -> No
     base, cand, md = tmp_path / "base.json", tmp_path / "cand.json", tmp_path / "summary.md"
     results.save(_run(NODES, seed=1), base)
     results.save(_run(NODES, seed=2), cand)
-    cli.main(["compare", str(base), str(cand), "--markdown", str(md)])
+    commands_main.main(["compare", str(base), str(cand), "--markdown", str(md)])
     out = capsys.readouterr().out
     markdown = md.read_text()
     for node in NODES:
         assert f"pytest/{node}" in out  # the terminal table
         assert f"pytest/{node}" in markdown  # no character of these needs escaping
-    cli.main(["compare", str(base), str(cand), "--json"])
+    commands_main.main(["compare", str(base), str(cand), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert [(c["id"], c["kernel"], c["name"]) for c in doc["cases"]] == [
         (f"pytest/{n}", "pytest", n) for n in NODES
@@ -201,7 +202,7 @@ def test_cases_selects_a_benchmark_by_its_node_id(tmp_path: Path, capsys, word: 
     base, cand = tmp_path / "base.json", tmp_path / "cand.json"
     results.save(_run(NODES, seed=1), base)
     results.save(_run(NODES, seed=2), cand)
-    cli.main(["compare", str(base), str(cand), "--json", "--cases", word])
+    commands_main.main(["compare", str(base), str(cand), "--json", "--cases", word])
     doc = json.loads(capsys.readouterr().out)
     assert [c["id"] for c in doc["cases"]] == [f"pytest/{NESTED}"]
 
@@ -209,7 +210,7 @@ def test_cases_selects_a_benchmark_by_its_node_id(tmp_path: Path, capsys, word: 
 def test_cases_selects_by_node_id_in_a_schema_2_file(tmp_path: Path, capsys) -> None:
     cand = tmp_path / "cand.json"
     results.save(_run(NODES), cand)
-    cli.main(["compare", str(V2_FILE), str(cand), "--json", "--cases", SLASHED])
+    commands_main.main(["compare", str(V2_FILE), str(cand), "--json", "--cases", SLASHED])
     doc = json.loads(capsys.readouterr().out)
     assert [c["id"] for c in doc["cases"]] == [f"pytest/{SLASHED}"]
     assert doc["cases"][0]["baseline_median_s"] is not None
@@ -219,7 +220,7 @@ def test_cases_selects_a_plain_pytest_benchmark_file_by_node_id(tmp_path: Path, 
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(_pytest_benchmark_doc(NODES)))
     b.write_text(json.dumps(_pytest_benchmark_doc(NODES)))
-    cli.main(["compare", str(a), str(b), "--json", "--cases", SLASHED, TOP])
+    commands_main.main(["compare", str(a), str(b), "--json", "--cases", SLASHED, TOP])
     doc = json.loads(capsys.readouterr().out)
     assert [c["id"] for c in doc["cases"]] == [f"pytest/{SLASHED}", f"pytest/{TOP}"]
 
@@ -227,7 +228,10 @@ def test_cases_selects_a_plain_pytest_benchmark_file_by_node_id(tmp_path: Path, 
 def test_cases_naming_no_case_is_bad_input(tmp_path: Path, capsys) -> None:
     base = tmp_path / "base.json"
     results.save(_run(NODES), base)
-    assert cli.main(["compare", str(base), str(base), "--cases", "bench/test_x.py::nope"]) == 2
+    assert (
+        commands_main.main(["compare", str(base), str(base), "--cases", "bench/test_x.py::nope"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "--cases: no case named 'bench/test_x.py::nope'" in err and str(base) in err
 
@@ -279,6 +283,6 @@ def test_a_case_id_splits_at_its_first_slash_only() -> None:
     """What the confirmation rerun of ``compare --confirm-against`` does with ids."""
     case_id = f"pytest/{SLASHED}"
     assert case_id.split("/", 1) == ["pytest", SLASHED]
-    assert results.pairing_key(case_id) == "pytest/bench|sub|test_z.py::test_w[p|q]"
-    assert results.pairing_key("triton_flash/b1") == "triton_flash/b1"
-    assert results.pytest_case(SLASHED).id == case_id
+    assert pytest_benchmark.pairing_key(case_id) == "pytest/bench|sub|test_z.py::test_w[p|q]"
+    assert pytest_benchmark.pairing_key("triton_flash/b1") == "triton_flash/b1"
+    assert pytest_benchmark.pytest_case(SLASHED).id == case_id

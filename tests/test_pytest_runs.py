@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT
 
 from guard.base.errors import BadInput
-from guard.cli import main
+from guard.commands.main import main
 from guard.store import pytest_runs
 
 EXAMPLE = ROOT / "examples" / "pytest_benchmark_demo"

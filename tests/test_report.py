@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import report_data as data
 
-from guard import cli
 from guard.base import text
+from guard.commands import main as commands_main
 from guard.decide.compare import compare_runs
 from guard.report import render, report, svg, terminal
 from guard.store import history, results
@@ -408,25 +408,27 @@ def test_cli_report(tmp_path: Path, files: tuple[Path, Path], capsys) -> None:
         history.append(run, db)
     out, md = tmp_path / "out" / "r.html", tmp_path / "r.md"
     argv = ["report", str(cpath), "--baseline", str(bpath), "--html", str(out)]
-    code = cli.main([*argv, "--markdown", str(md), "--history", str(db)])
+    code = commands_main.main([*argv, "--markdown", str(md), "--history", str(db)])
     assert code == 0
     html = out.read_text(encoding="utf-8")
     _assert_self_contained(html)
     assert "history of 8 runs" in html
     assert md.read_text(encoding="utf-8").startswith("## Performance guard\n\n**FAIL")
-    code = cli.main(["report", str(cpath), "--json"])
+    code = commands_main.main(["report", str(cpath), "--json"])
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["headline"].startswith("FAIL: ") and "RUN ONLY" in printed["headline"]
-    assert cli.main(["report", str(cpath)]) == 0  # Markdown to stdout
+    assert commands_main.main(["report", str(cpath)]) == 0  # Markdown to stdout
     assert capsys.readouterr().out.startswith("## Performance guard")
 
 
 def test_cli_compare_html(tmp_path: Path, files: tuple[Path, Path], capsys) -> None:
-    """`guard compare BASE CAND --html` (guard/cli.py) writes the same report."""
+    """`guard compare BASE CAND --html` (guard/commands/compare.py) writes the same report."""
     bpath, cpath = files
     out = tmp_path / "c.html"
-    assert cli.main(["compare", str(bpath), str(cpath), "--html", str(out), "--json"]) == 1
+    assert (
+        commands_main.main(["compare", str(bpath), str(cpath), "--html", str(out), "--json"]) == 1
+    )
     html = out.read_text(encoding="utf-8")
     _assert_self_contained(html)
     assert "FAIL: 1 case(s) with wrong results, 1 significant regression(s)" in html
@@ -435,8 +437,10 @@ def test_cli_compare_html(tmp_path: Path, files: tuple[Path, Path], capsys) -> N
 
 def test_cli_report_bad_input(tmp_path: Path, files: tuple[Path, Path], capsys) -> None:
     _, cpath = files
-    assert cli.main(["report", str(tmp_path / "missing.json")]) == 2
-    assert cli.main(["report", str(cpath), "--history", str(tmp_path / "none.sqlite")]) == 2
+    assert commands_main.main(["report", str(tmp_path / "missing.json")]) == 2
+    assert (
+        commands_main.main(["report", str(cpath), "--history", str(tmp_path / "none.sqlite")]) == 2
+    )
     assert "no history database" in capsys.readouterr().err
 
 
@@ -445,20 +449,20 @@ def test_cli_history(tmp_path: Path, capsys) -> None:
     for run in data.history_runs():
         history.append(run, db)
     case_id = "triton_flash/b1-h8-s512-d64-full"
-    assert cli.main(["history", case_id, "--db", str(db), "--json"]) == 0
+    assert commands_main.main(["history", case_id, "--db", str(db), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert len(printed["points"]) == 30
     assert [s["index"] for s in printed["steps"]] == [20]
-    assert cli.main(["history", case_id, "--db", str(db)]) == 0
+    assert commands_main.main(["history", case_id, "--db", str(db)]) == 0
     text = capsys.readouterr().out
     assert "STEP slower" in text and "step at 20c0ffeec0" in text
-    assert cli.main(["history", "nope/x", "--db", str(db)]) == 2
+    assert commands_main.main(["history", "nope/x", "--db", str(db)]) == 2
     assert "no history for case" in capsys.readouterr().err
-    assert cli.main(["history", case_id, "--db", str(db), "--alpha", "2"]) == 2
+    assert commands_main.main(["history", case_id, "--db", str(db), "--alpha", "2"]) == 2
 
 
 def test_history_option_on_measuring_commands() -> None:
-    parser = cli.build_parser()
+    parser = commands_main.build_parser()
     for argv in (["run"], ["compare"], ["baseline", "refresh"], ["check"]):
         args = parser.parse_args([*argv, "--history", "x.sqlite"])
         assert args.history == "x.sqlite"
@@ -483,7 +487,7 @@ def test_run_appends_history(tmp_path: Path) -> None:
     db = tmp_path / "hist" / "h.sqlite"
     out = tmp_path / "r.json"
     argv = ["run", "--suite", str(suite), "--device", "cpu", "--out", str(out), "-q"]
-    code = cli.main([*argv, "--history", str(db), "--seed", "1"])
+    code = commands_main.main([*argv, "--history", str(db), "--seed", "1"])
     assert code == 0
     run = results.load(out)
     t = history.trend(db, "reference/b1-h2-s24-d16-full")

@@ -503,9 +503,9 @@ def test_triton_records_on_a_machine_with_a_gpu() -> None:
 def test_records_a_hook_could_not_make_are_a_note_not_silence(monkeypatch) -> None:
     """A case whose records are missing in either tree is named in the comparison's
     notes: an empty diff must not pass for "no resource change"."""
-    from guard import core
     from guard.decide.compare import compare_runs
     from guard.measure import resources
+    from guard.ops import resources as ops_resources
 
     comparison = compare_runs(*data.pair())
     case_id = comparison.cases[0].case_id
@@ -516,14 +516,14 @@ def test_records_a_hook_could_not_make_are_a_note_not_silence(monkeypatch) -> No
 
     monkeypatch.setattr(resources, "collect_in_tree", collect)
     suite = load_suite(ROOT / "suites/default.yaml")
-    out = core.with_resource_changes(comparison, suite, "base", "head")
+    out = ops_resources.with_resource_changes(comparison, suite, "base", "head")
     note = [n for n in out.notes if n.startswith("compiler resources not compared")]
     assert note == [
         f"compiler resources not compared for 1 case(s), e.g. {case_id} on sm_90: "
         "'AttributeError: no utils'"
     ]
     skipped["base"] = {}
-    out = core.with_resource_changes(comparison, suite, "base", "head")
+    out = ops_resources.with_resource_changes(comparison, suite, "base", "head")
     assert not [n for n in out.notes if n.startswith("compiler resources")]
 
 
@@ -537,9 +537,9 @@ def test_ctrl_c_while_both_trees_compile_ends_both_children_at_once(monkeypatch)
     import threading
     import time
 
-    from guard import core
     from guard.decide.compare import compare_runs
     from guard.measure import proc, resources
+    from guard.ops import resources as ops_resources
 
     ends: list[int | None] = []
 
@@ -565,7 +565,7 @@ def test_ctrl_c_while_both_trees_compile_ends_both_children_at_once(monkeypatch)
     try:
         threading.Thread(target=ctrl_c_once_both_run, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
-            core.with_resource_changes(comparison, suite, "base", "head")
+            ops_resources.with_resource_changes(comparison, suite, "base", "head")
     finally:
         signal.signal(signal.SIGUSR1, previous)
     # Killed: not slept to their end (0) nor stopped at their timeout (None).

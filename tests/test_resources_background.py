@@ -21,12 +21,14 @@ import pytest
 from conftest import ROOT
 from report_data import pair
 
-from guard import core
 from guard.base.errors import BadInput, InfraError
 from guard.decide.compare import compare_runs
 from guard.measure import proc, resources
 from guard.measure.resources import ResourceReport
 from guard.measure.runner import Arm, Rounds
+from guard.ops import compare as ops_compare
+from guard.ops import measure as ops_measure
+from guard.ops import resources as ops_resources
 from guard.store.suite import load_suite
 
 WAIT_S = 60.0  # what a broken guard makes a test wait, at most
@@ -65,8 +67,8 @@ def test_the_trees_compile_while_the_timing_rounds_measure(tiny_suite, monkeypat
     monkeypatch.setattr(resources, "collect_in_tree", collect)
     monkeypatch.setattr(Rounds, "time", time_rounds)
     suite = load_suite(tiny_suite)
-    opts = core.MeasureOptions(device="cpu", rounds=2, max_rounds=2)
-    comparison = core.compare_arms(suite, *_changed_arms(tmp_path), opts=opts)
+    opts = ops_measure.MeasureOptions(device="cpu", rounds=2, max_rounds=2)
+    comparison = ops_compare.compare_arms(suite, *_changed_arms(tmp_path), opts=opts)
     assert seen["compiling_when_timing"] is True
     assert seen["ids"] == [c.id for c in suite.cases]
     assert all(c.verdict for c in comparison.cases)
@@ -89,7 +91,7 @@ def test_each_tree_compiles_exactly_the_cases_of_its_shard(monkeypatch):
         return ResourceReport(arches=("sm_90",), cases={}, skipped={})
 
     monkeypatch.setattr(resources, "collect_in_tree", collect)
-    core.with_resource_changes(compare_runs(*pair()), shard, "base", "head")
+    ops_resources.with_resource_changes(compare_runs(*pair()), shard, "base", "head")
     assert asked == [wanted, wanted]
 
 
@@ -130,9 +132,9 @@ def test_a_measurement_that_fails_ends_both_compiles_at_once(tiny_suite, monkeyp
 
     monkeypatch.setattr(resources, "collect_in_tree", collect)
     monkeypatch.setattr(Rounds, "time", time_rounds)
-    opts = core.MeasureOptions(device="cpu", rounds=2, max_rounds=2, time_identical=True)
+    opts = ops_measure.MeasureOptions(device="cpu", rounds=2, max_rounds=2, time_identical=True)
     with pytest.raises(InfraError, match="fell off the bus"):
-        core.compare_arms(load_suite(tiny_suite), *_changed_arms(tmp_path), opts=opts)
+        ops_compare.compare_arms(load_suite(tiny_suite), *_changed_arms(tmp_path), opts=opts)
     # Killed on the way out: not slept to their end (0) nor to their timeout (None).
     assert ends == [-signal.SIGKILL, -signal.SIGKILL]
     assert not proc._RUNNING
@@ -146,6 +148,6 @@ def test_identical_kernels_are_not_compiled_for_their_resources(tiny_suite, monk
         return ResourceReport(arches=("sm_90",), cases={}, skipped={})
 
     monkeypatch.setattr(resources, "collect_in_tree", collect)
-    opts = core.MeasureOptions(device="cpu", rounds=2, max_rounds=2, time_identical=True)
-    core.compare_arms(load_suite(tiny_suite), *_arms(), opts=opts)  # one tree, twice
+    opts = ops_measure.MeasureOptions(device="cpu", rounds=2, max_rounds=2, time_identical=True)
+    ops_compare.compare_arms(load_suite(tiny_suite), *_arms(), opts=opts)  # one tree, twice
     assert asked == []

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guard.base.errors import BadInput
-from guard.store import results
+from guard.store import atomic, migrate, results
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def test_reads_plain_pytest_benchmark_with_raw_data(tmp_path):
 def test_two_pytest_benchmark_runs_cannot_decide_and_do_not_fail(tmp_path, capsys):
     """Two runs of identical code once gave "regression 1.157x CI [1.157, 1.157]" and
     exit 1: every sample was taken for an independent round."""
-    from guard.cli import main
+    from guard.commands.main import main
 
     first = _pytest_benchmark_file(tmp_path, save_data=True)
     doc = json.loads(first.read_text())
@@ -206,9 +206,9 @@ def test_atomic_write_keeps_old_file_when_interrupted(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(results.os, "replace", boom)
+    monkeypatch.setattr(atomic.os, "replace", boom)
     with pytest.raises(KeyboardInterrupt):
-        results.write_atomic(path, "new content")
+        atomic.write_atomic(path, "new content")
     assert path.read_text() == "old"
     assert not [p for p in tmp_path.iterdir() if p.name != "b.json"]
 
@@ -226,7 +226,7 @@ def test_newer_schema_refused_older_migrated(doc, monkeypatch):
         return record
 
     monkeypatch.setattr(results, "SCHEMA_VERSION", nxt)
-    monkeypatch.setitem(results.MIGRATIONS, nxt, migrate_to_next)
+    monkeypatch.setitem(migrate.MIGRATIONS, nxt, migrate_to_next)
     run = results.from_json(doc, "old.json")
     assert seen == [nxt - 1] and run.schema_version == nxt
 

@@ -192,7 +192,7 @@ def test_strata_that_cannot_be_taken_out_leave_the_interval_as_it_was(strata):
 
 
 def test_the_pr_check_refuses_a_gpu_split_without_gpus(capsys):
-    from guard import ci
+    from guard.github import ci as github_ci
 
-    assert ci.main(["--device", "cpu", "--gpu-split", "cases"]) == 2
+    assert github_ci.main(["--device", "cpu", "--gpu-split", "cases"]) == 2
     assert "--gpu-split: only with --gpus" in capsys.readouterr().err

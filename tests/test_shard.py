@@ -298,7 +298,7 @@ def test_outcome_schema_3_round_trips_and_newer_is_refused(tmp_path: Path) -> No
 
 
 def test_the_comment_says_when_an_outcome_is_one_shard_alone() -> None:
-    from guard import comment
+    from guard.report import comment
 
     base, cand = _runs(4, random.randrange(1 << 30))
     shards = _shard_outcomes(base, cand, 2)
@@ -367,12 +367,12 @@ def test_the_full_suite_without_its_baseline_splits_by_flops_not_by_count() -> N
     slower shard carries at most 2% more than half the work (by count: 5.5%)."""
     from conftest import ROOT
 
-    from guard import core
+    from guard.ops import shards as ops_shards
     from guard.store.suite import flops, load_suite
 
     suite = load_suite(ROOT / "suites" / "full.yaml")
     plan = suite.timing
-    costs = core.shard_costs(suite, None)
+    costs = ops_shards.shard_costs(suite, None)
     true = {
         c.id: plan.rounds
         * (plan.samples_per_round * max(flops(c.shape, c.causal) * 3e-15, 1e-3) + 0.0)

@@ -44,5 +44,5 @@ def test_each_gpu_kind_runs_its_shards_then_one_merge() -> None:
 
 def test_the_comment_reads_the_merged_verdicts_not_the_shards() -> None:
     steps = _load("perf-guard-comment.yml")["jobs"]["comment"]["steps"]
-    [render] = [s["run"] for s in steps if "guard.comment" in s.get("run", "")]
+    [render] = [s["run"] for s in steps if "guard.github.comment" in s.get("run", "")]
     assert "perf-guard-shard-*" in render and "metas+=" in render

@@ -25,11 +25,13 @@ import yaml
 from conftest import GIT_IDENTITY, ROOT, make_case
 from conftest import git as _git
 
-from guard import core
 from guard.base.errors import BadInput
 from guard.measure import build_cache, coverage, measure
 from guard.measure import reference as guard_reference
 from guard.measure.runner import Arm
+from guard.ops import compare as ops_compare
+from guard.ops import measure as ops_measure
+from guard.ops import trees as ops_trees
 from guard.store.results import CRASHED, OK, UNAVAILABLE, WRONG, CaseResult
 from guard.store.suite import TimingPlan, Tolerance, load_suite
 from kernels import launch_paths
@@ -172,9 +174,11 @@ def _result(status: str = OK, fingerprint: str = "gpu:a", reason: str = "") -> C
 
 
 def test_an_identical_case_is_not_added_and_a_changed_one_says_which_launch():
-    same = core.surface_reason(_result(), _result(), ({"k grid [1]": "a"}, {"k grid [1]": "a"}))
+    same = ops_compare.surface_reason(
+        _result(), _result(), ({"k grid [1]": "a"}, {"k grid [1]": "a"})
+    )
     assert same == ""
-    why = core.surface_reason(
+    why = ops_compare.surface_reason(
         _result(fingerprint="gpu:a"),
         _result(fingerprint="gpu:b"),
         (
@@ -196,7 +200,7 @@ def test_an_identical_case_is_not_added_and_a_changed_one_says_which_launch():
     ],
 )
 def test_a_case_that_fails_in_one_tree_only_is_added(base, head, added):
-    why = core.surface_reason(base, head, ({}, {}))
+    why = ops_compare.surface_reason(base, head, ({}, {}))
     assert (added in why) if added else why == ""
 
 
@@ -233,17 +237,17 @@ def test_the_probe_adds_the_surface_cases_a_change_reaches(tmp_path):
     base, same, changed = _tree(tmp_path, "base"), _tree(tmp_path, "same"), _tree(tmp_path, "new")
     with (changed / "kernels" / "reference.py").open("a") as fh:
         fh.write("\n# a change\n")
-    opts = core.MeasureOptions(device="cpu", probe_workers=2)
+    opts = ops_measure.MeasureOptions(device="cpu", probe_workers=2)
     arms = (Arm("baseline", str(base)), Arm("candidate", str(same)))
-    unchanged = core.select_surface(suite, arms, opts)
+    unchanged = ops_compare.select_surface(suite, arms, opts)
     assert unchanged.probed == 2 and unchanged.added == ()
     arms = (Arm("baseline", str(base)), Arm("candidate", str(changed)))
-    picked = core.select_surface(suite, arms, opts)
+    picked = ops_compare.select_surface(suite, arms, opts)
     assert {c.id for c in picked.added} == {c.id for c in suite.surface}
     assert all("fingerprint differs" in why for _, why in picked.reasons)
     assert picked.summary()[0].startswith("surface: 2 of 2 case(s) added")
-    assert core.select_surface(suite, arms, replace(opts, surface="none")).added == ()
-    assert len(core.select_surface(suite, arms, replace(opts, surface="all")).added) == 2
+    assert ops_compare.select_surface(suite, arms, replace(opts, surface="none")).added == ()
+    assert len(ops_compare.select_surface(suite, arms, replace(opts, surface="all")).added) == 2
 
 
 # --------------------------------------------------------------------------- long cases
@@ -382,21 +386,21 @@ def _repo(path: Path) -> Path:
 
 def test_the_kernels_tree_is_known_only_when_the_files_are_exactly_it(tmp_path):
     repo = _repo(tmp_path / "repo")
-    tree = core.kernels_tree(repo)
+    tree = ops_trees.kernels_tree(repo)
     assert len(tree) == 40
     (repo / "README.md").write_text("docs only\n")
-    assert core.kernels_tree(repo) == tree
+    assert ops_trees.kernels_tree(repo) == tree
     (repo / "kernels" / "new.py").write_text("")  # untracked
-    assert core.kernels_tree(repo) == ""
+    assert ops_trees.kernels_tree(repo) == ""
     os.remove(repo / "kernels" / "new.py")
     (repo / "kernels" / "__pycache__").mkdir()
     (repo / "kernels" / "__pycache__" / "x.pyc").write_bytes(b"")  # untracked, not ignored
-    assert core.kernels_tree(repo) == ""
+    assert ops_trees.kernels_tree(repo) == ""
     shutil.rmtree(repo / "kernels" / "__pycache__")
     with (repo / "kernels" / "sdpa.py").open("a") as fh:
         fh.write("# edited\n")
-    assert core.kernels_tree(repo) == ""
-    assert core.kernels_tree(tmp_path) == ""  # not a checkout
+    assert ops_trees.kernels_tree(repo) == ""
+    assert ops_trees.kernels_tree(tmp_path) == ""  # not a checkout
 
 
 def test_a_pr_that_changes_no_kernel_passes_without_measuring(tmp_path):

@@ -160,7 +160,7 @@ def test_a_module_from_outside_the_tree_is_refused(project, tmp_path):
 def test_an_ignored_build_output_is_not_a_cache(project: Path) -> None:
     """A local run's shortcut (the same git tree in both: decided without measuring)
     forgives the caches a run leaves, never an ignored file the kernel may import."""
-    from guard import core
+    from guard.ops import trees as ops_trees
 
     (project / ".gitignore").write_text("__pycache__/\n*.so\n.pytest_cache/\n")
     _git(project, "add", ".gitignore")
@@ -171,7 +171,7 @@ def test_an_ignored_build_output_is_not_a_cache(project: Path) -> None:
     (project / ".pytest_cache").mkdir()
     (project / ".pytest_cache" / "README.md").write_text("cache\n")
     head = _git(project, "rev-parse", "HEAD:").strip()
-    assert core.folder_tree(project, ignored_count=False) == head
+    assert ops_trees.folder_tree(project, ignored_count=False) == head
     (project / "toy_attention" / "_fast.cpython-311-x86_64-linux-gnu.so").write_bytes(b"\0" * 8)
-    assert core.folder_tree(project, ignored_count=False) == ""
-    assert core.folder_tree(project) == ""  # the PR's checkout: nothing ignored counts
+    assert ops_trees.folder_tree(project, ignored_count=False) == ""
+    assert ops_trees.folder_tree(project) == ""  # the PR's checkout: nothing ignored counts

@@ -146,10 +146,11 @@ def test_the_phases_note_says_how_many_rounds_had_their_worker_started_ahead():
 
 @pytest.mark.parametrize("entry", ["compare_arms", "run", "compare_with_baseline"])
 def test_the_core_entry_points_leave_no_worker_started_ahead(tiny_suite, monkeypatch, entry):
-    from guard import core
+    from guard.ops import compare as ops_compare
+    from guard.ops import measure as ops_measure
 
     made: list[Rounds] = []
-    real = core._session
+    real = ops_measure.rounds_for
 
     def session_ahead(*args: object, **kw: object) -> Rounds:
         session = real(*args, **kw)  # type: ignore[arg-type]
@@ -157,14 +158,17 @@ def test_the_core_entry_points_leave_no_worker_started_ahead(tiny_suite, monkeyp
         made.append(session)
         return session
 
-    monkeypatch.setattr(core, "_session", session_ahead)
+    for module in (ops_measure, ops_compare):
+        monkeypatch.setattr(module, "rounds_for", session_ahead)
     suite = load_suite(tiny_suite)
-    opts = core.MeasureOptions(device="cpu", rounds=1, max_rounds=1)
+    opts = ops_measure.MeasureOptions(device="cpu", rounds=1, max_rounds=1)
     if entry == "compare_arms":
-        core.compare_arms(suite, Arm("baseline", str(ROOT)), Arm("candidate", str(ROOT)), opts=opts)
+        ops_compare.compare_arms(
+            suite, Arm("baseline", str(ROOT)), Arm("candidate", str(ROOT)), opts=opts
+        )
     elif entry == "run":
-        core.run(suite, opts)
+        ops_measure.run(suite, opts)
     else:
-        core.compare_with_baseline(suite, None, opts=opts)
+        ops_compare.compare_with_baseline(suite, None, opts=opts)
     assert made and all(s.lanes[0].spare is None for s in made)
     assert not proc._RUNNING

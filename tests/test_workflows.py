@@ -105,7 +105,7 @@ def problems(docs: dict[str, Doc]) -> list[str]:
         or "self-hosted" in labels(authorize)
         or [c.get("ref") for c in checkouts(pr, "authorize")] != [DEFAULT_BRANCH]
     ):
-        out.append(f"{PR}: no gate (guard.perf_test authorize, main's code, GitHub-hosted)")
+        out.append(f"{PR}: no gate (guard.github.perf_test authorize, main's code, GitHub-hosted)")
     for job, body in jobs.items():
         if "self-hosted" in labels(body) and "authorize" not in body.get("needs", []):
             out.append(f"{PR}/{job}: a GPU job that does not need the gate (authorize)")
@@ -236,9 +236,9 @@ def problems(docs: dict[str, Doc]) -> list[str]:
     # the run GitHub names, not one from the artifact.
     if not checkouts(comment) or any(c.get("ref") != DEFAULT_BRANCH for c in checkouts(comment)):
         out.append(f"{COMMENT}: checks out something other than the default branch")
-    render = [s for _, s in steps(comment) if "-m guard.comment" in str(s.get("run"))]
+    render = [s for _, s in steps(comment) if "-m guard.github.comment" in str(s.get("run"))]
     if not render:
-        out.append(f"{COMMENT}: does not render with the default branch's guard.comment")
+        out.append(f"{COMMENT}: does not render with the default branch's guard.github.comment")
     elif (
         '--run-url "$RUN_URL"' not in render[0]["run"]
         or render[0].get("env", {}).get("RUN_URL") != "${{ github.event.workflow_run.html_url }}"
@@ -297,7 +297,9 @@ def reusable_problems(doc: Doc) -> list[str]:
         or env.get("EVENT_NAME") != "${{ github.event_name }}"
         or env.get("INPUT_SHA") != "${{ inputs.sha }}"
     ):
-        out.append(f"{REUSABLE}: no gate (guard.perf_test authorize, the guard's code, hosted)")
+        out.append(
+            f"{REUSABLE}: no gate (guard.github.perf_test authorize, the guard's code, hosted)"
+        )
     for job, body in jobs.items():
         if "self-hosted" in labels(body) and "authorize" not in body.get("needs", []):
             out.append(f"{REUSABLE}/{job}: a GPU job that does not need the gate (authorize)")

@@ -3,7 +3,7 @@
 Every such file is read only if it is a regular file (not a directory, FIFO, device
 or socket: ``/dev/zero`` would fill memory, a FIFO would hang), through no link that
 leaves the tree it belongs to, and only up to a limit. Standard library only: the PR
-comment's reader (``guard.comment``) runs without the package's dependencies.
+comment's reader (``guard.github.comment``) runs without the package's dependencies.
 """
 
 from __future__ import annotations

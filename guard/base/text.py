@@ -1,7 +1,7 @@
 """Text for people and for GitHub: Markdown escaping, workflow commands, numbers.
 
 Standard library only: the PR-comment workflow renders with it without installing the
-project's dependencies (``guard.comment``).
+project's dependencies (``guard.github.comment``).
 
 Everything that comes from a file, a suite or a kernel (case names, exception
 messages, GPU names, labels, notes) is data, never markup: Markdown goes through

@@ -366,7 +366,7 @@ def case_rule(case: Case, plan: TimingPlan, paired: bool) -> Rule:
 def identical(base: CaseResult, cand: CaseResult) -> bool:
     """Both ran the same device code (fingerprints taken from the GPU, not sources), or
     both trees hold one git tree of ``kernels/`` (``tree:``: all a tree contributes, so
-    every case is the same code; ``guard.core.identical_trees``)."""
+    every case is the same code; ``guard.ops.compare.identical_trees``)."""
     return cand.fingerprint.startswith(("gpu:", "tree:")) and cand.fingerprint == base.fingerprint
 
 

@@ -4,7 +4,7 @@ The core builds an ``Outcome`` from what it measured (``Comparison.outcome``); t
 terminal table, the Markdown summary, the HTML report, ``--json``, ``$GITHUB_OUTPUT``,
 the workflow annotations and the PR comment all render from it. On disk it is the
 file ``meta.json`` of a PR check (schema below), which the comment workflow reads
-with the default branch's ``guard.comment``.
+with the default branch's ``guard.github.comment``.
 
 Standard library only: the comment workflow runs this module without installing the
 project's dependencies.

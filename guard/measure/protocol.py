@@ -16,7 +16,7 @@ from typing import Any, Literal, TypedDict
 from guard.store.suite import Case, KernelOptions, TimingPlan, Tolerance
 
 # "check": correctness and fingerprint; "time": samples; "probe": one call's fingerprint
-# (no reference: which cases a change reaches, guard.core.SurfaceProbe).
+# (no reference: which cases a change reaches, guard.ops.compare.select_surface).
 Mode = Literal["check", "time", "probe"]
 
 

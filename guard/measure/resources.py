@@ -365,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from guard.measure.proc import import_kernels_from
 
             import_kernels_from(args.kernels_root)
-        from guard.store.results import write_atomic
+        from guard.store.atomic import write_atomic
         from guard.store.suite import load_suite
 
         suite = load_suite(args.suite).select(args.kernels, args.cases)

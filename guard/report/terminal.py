@@ -1,7 +1,7 @@
 """The terminal side of the CLI: tables, JSON on stdout, argparse's number types, and
 progress.
 
-Shared by ``guard.cli``, ``guard.cli_report`` and ``guard.ci`` (neither imports the other's
+Shared by ``guard.commands`` and ``guard.github.ci`` (neither imports the other's
 internals). Every string in a table is plain text, never rich markup.
 """
 

@@ -1,48 +1,38 @@
-"""The PR comment (and the job summary's verdict): Markdown from check outcomes.
+"""The PR comment's Markdown (and the job summary's verdict), from check outcomes.
 
-    python -m guard.comment --meta OUTCOME.json [--meta ...] --out COMMENT.md
-
-Reads each GPU's ``meta.json`` (``guard.decide.outcome``; an unknown schema version or a
-malformed field is refused with exit 2 and the field named) and writes one comment:
-the verdict per GPU first, the cases that moved, what the PR changes in the policy and
-the baselines (taking effect after merge), and a link to the run. The comment workflow
-runs this from the default branch with no dependencies installed: standard library
-only, and every string from an outcome file is escaped as data (no markup, no
-``@`` mention, only http(s) links).
-
-GitHub refuses a comment body over 65,536 characters; a valid outcome file at the
-reader's limits holds far more. The comment is kept within ``MAX_COMMENT_BYTES`` by
-showing less, in this order: long texts clipped, then fewer list entries (resource
-notes, policy and baseline changes, notes) and profiles, then fewer table rows (the
-failing cases stay longest), each cut saying how much more the run shows. Nothing is
-cut inside a Markdown construct: whole rows and entries go, and texts are clipped
-before they are escaped.
-"""
+The entry point is ``python -m guard.github.comment``; see its docstring. This module
+runs with the standard library alone (the comment workflow installs nothing): every
+string from an outcome file is escaped as data."""
 
 from __future__ import annotations
 
-import argparse
-import errno
 import json
-import os
-import stat
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from guard.base.files import FileRefused, read_text
-from guard.base.text import clip, is_web_url, md_code, md_link, md_table, md_text, one_line
+from guard.base.files import read_text
+from guard.base.text import clip, is_web_url, md_code, md_link, md_table, md_text
 from guard.decide.outcome import MAX_TEXT, CheckVerdict, Outcome, OutcomeFileError
 
 MARKER = "<!-- perf-guard -->"
+
+
 MAX_FILE_BYTES = 1_000_000
+
+
 MAX_FILES = 16  # --meta files (one per GPU; the comment workflow allows as many)
+
+
 # GitHub's limit is 65,536 characters; UTF-8 bytes bound every way of counting them
 # (code points, UTF-16 units), and the margin leaves room for the workflow's marker.
 MAX_COMMENT_BYTES = 60_000
+
+
 MAX_URL = 400  # a run's URL is ~70 characters; a longer one is shown as text, clipped
+
 
 _ICON = {
     CheckVerdict.PASS: "✅",
@@ -52,6 +42,8 @@ _ICON = {
     CheckVerdict.BAD_INPUT: "⚠️",
     CheckVerdict.INFRASTRUCTURE: "💥",
 }
+
+
 _T = TypeVar("_T")
 
 
@@ -238,52 +230,3 @@ def read(path: Path, limit: int = MAX_FILE_BYTES) -> Outcome:
         raise
     except ValueError as exc:
         raise OutcomeFileError(f"{path}: not JSON ({exc})") from None
-
-
-def write(path: Path, body: str) -> None:
-    """Write the comment to a regular file (created or truncated); FileRefused for a
-    FIFO or device, OSError as ``open`` raises it (a directory, a missing parent)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags, 0o666)  # 0o666 & ~umask, as open() gives
-    with os.fdopen(fd, "wb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise FileRefused("not a regular file")
-        # The text helpers replace lone surrogates; "replace" keeps writing total anyway.
-        fh.write(body.encode("utf-8", "replace"))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m guard.comment", description=__doc__)
-    parser.add_argument("--meta", type=Path, action="append", required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument(
-        "--run-url",
-        help="the run to link (the workflow_run event's html_url), in place of the links "
-        "the outcome files carry (which whoever wrote them chose)",
-    )
-    args = parser.parse_args(argv)
-
-    def error(message: str, code: int = 2) -> int:
-        print(f"guard.comment: error: {one_line(message)}", file=sys.stderr)
-        return code
-
-    if len(args.meta) > MAX_FILES:
-        return error(f"--meta: {len(args.meta)} files, at most {MAX_FILES}")
-    try:
-        outcomes = [read(path) for path in args.meta]
-    except OutcomeFileError as exc:
-        return error(str(exc))
-    if args.run_url is not None:
-        outcomes = [replace(o, run_url=args.run_url) for o in outcomes]
-    try:
-        write(args.out, markdown(outcomes))
-    except OSError as exc:
-        infra = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO)
-        return error(
-            f"--out {args.out}: cannot write it ({exc.strerror or exc})", 3 if infra else 2
-        )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

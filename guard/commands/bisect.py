@@ -1,5 +1,5 @@
-"""The ``guard bisect`` command: which commit made a step (``guard.bisect``). Parses,
-calls the core, prints; ``guard.cli.build_parser`` calls ``register``."""
+"""The ``guard bisect`` command: which commit made a step (``guard.ops.bisect``). Parses,
+calls the core, prints; ``guard.commands.main.build_parser`` calls ``register``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import json
 import sys
 from collections.abc import Sequence
 
-from guard import bisect, core
 from guard.base.errors import BadInput
+from guard.commands.common import measure_options, suite_from
+from guard.ops import bisect
+from guard.ops.measure import DEFAULT_SUITE
 from guard.report import terminal
 from guard.store.suite import Suite
 
@@ -30,15 +32,14 @@ def _select(suite: Suite, case_ids: Sequence[str], source: str) -> Suite:
     return chosen.with_cases(tuple(c for c in chosen.cases if c.id in set(case_ids)))
 
 
-def cmd_bisect(args: argparse.Namespace) -> int:
-    from guard import cli  # the measuring options every command shares
+def cmd_bisect(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
-    chosen = _select(cli._suite(args), args.case, args.suite)
+    chosen = _select(suite_from(args), args.case, args.suite)
     result = bisect.bisect(
         chosen,
         args.good,
         args.bad,
-        opts=cli._opts(args),
+        opts=measure_options(args),
         max_steps=args.max_steps,
         progress=lambda line: print(f"[guard] bisect: {line}", file=sys.stderr),
     )
@@ -60,13 +61,12 @@ def record(db: str, case_ids: list[str], result: bisect.Bisection) -> None:
     )  # fmt: skip
 
 
-def cmd_bisect_pending(args: argparse.Namespace) -> int:
-    from guard import cli
+def cmd_bisect_pending(args: argparse.Namespace, argv: Sequence[str]) -> int:
     from guard.measure import env as guard_env
-    from guard.store import history, results
+    from guard.store import atomic, history
 
-    suite = cli._suite(args)
-    opts = cli._opts(args)
+    suite = suite_from(args)
+    opts = measure_options(args)
     gpu = args.gpu or guard_env.device_slug(guard_env.pick_device(args.device)[0])
     trends = [t for t in history.every_trend(args.db, limit=None) if t.gpu_slug == gpu]
     pending = bisect.pending_steps(trends, parent=lambda commit: bisect.first_parent(commit))
@@ -87,7 +87,7 @@ def cmd_bisect_pending(args: argparse.Namespace) -> int:
         pending, run, budget_steps=args.budget_steps,
         progress=lambda line: print(f"[guard] bisect-pending: {line}", file=sys.stderr),
     )  # fmt: skip
-    results.write_atomic(args.out, json.dumps(bisect.records_json(records), indent=1) + "\n")
+    atomic.write_atomic(args.out, json.dumps(bisect.records_json(records), indent=1) + "\n")
     found = sum(1 for r in records if r.first_bad)
     opened = len(records) - found
     print(f"{len(records)} step(s) bisected ({found} found, {opened} open): {args.out}")
@@ -107,7 +107,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("case", nargs="+", metavar="CASE", help="KERNEL/NAME of a stepped case")
     p.add_argument("--good", required=True, metavar="REV", help="the last commit known good")
     p.add_argument("--bad", required=True, metavar="REV", help="the first commit known bad")
-    p.add_argument("--suite", default=str(core.DEFAULT_SUITE), help="suite YAML file")
+    p.add_argument("--suite", default=str(DEFAULT_SUITE), help="suite YAML file")
     p.add_argument(
         "--record",
         metavar="DB",
@@ -140,7 +140,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--budget-steps", type=terminal.positive_int, default=12,
         help="paired runs at most, over every step (12)",
     )  # fmt: skip
-    q.add_argument("--suite", default=str(core.DEFAULT_SUITE), help="suite YAML file")
+    q.add_argument("--suite", default=str(DEFAULT_SUITE), help="suite YAML file")
     q.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     q.add_argument("--rounds", type=terminal.positive_int, help="timing rounds per step")
     q.add_argument("--max-rounds", type=terminal.positive_int, help="ceiling per step")

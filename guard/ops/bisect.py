@@ -4,7 +4,7 @@ Between two runs of the history (a night apart) there can be many commits. ``bis
 takes the last commit known good and the first known bad, and the cases that stepped:
 
 1. it checks the step on the range's ends first: ``bad`` against ``good``, paired and
-   decided by the guard's own rule (``core.compare_arms``, the PR check's comparison);
+   decided by the guard's own rule (``compare_arms``, the PR check's comparison);
    a range whose ends do not differ is refused (nothing to look for);
 2. then halves the first-parent commits between them: each midpoint against ``good``,
    until one commit is left: the first whose kernels are slower.
@@ -27,11 +27,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from guard import core
 from guard.base.errors import BadInput
 from guard.base.stats import Verdict
 from guard.decide.compare import Comparison
 from guard.measure.runner import Arm
+from guard.ops.compare import compare_arms
+from guard.ops.measure import MeasureOptions
+from guard.ops.trees import worktree
 from guard.store.suite import Suite
 
 
@@ -103,11 +105,11 @@ def bisect(
     good: str,
     bad: str,
     *,
-    opts: core.MeasureOptions | None = None,
+    opts: MeasureOptions | None = None,
     repo: str | Path = ".",
     max_steps: int = 12,
     progress: Callable[[str], None] = lambda _: None,
-    compare: Callable[..., Comparison] = core.compare_arms,
+    compare: Callable[..., Comparison] = compare_arms,
 ) -> Bisection:
     """The first commit after ``good`` whose kernels are slower, for ``suite``'s gated
     cases (the flagged ones: select them first). See the module doc."""
@@ -116,12 +118,12 @@ def bisect(
     cases = {c.id for c in suite.cases if c.gate}
     if not cases:
         raise BadInput("bisect: the selected cases hold no gated case to decide on")
-    opts = replace(opts or core.MeasureOptions(), surface="none")  # the flagged cases only
+    opts = replace(opts or MeasureOptions(), surface="none")  # the flagged cases only
 
-    with core.worktree(good, root) as base:  # one checkout of good for every step
+    with worktree(good, root) as base:  # one checkout of good for every step
 
         def measure(commit: str) -> Comparison:
-            with core.worktree(commit, root) as head:
+            with worktree(commit, root) as head:
                 return compare(
                     suite, Arm("baseline", str(base), good), Arm("candidate", str(head), commit),
                     opts=opts,

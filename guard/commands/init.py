@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,7 +174,7 @@ def write_starter(
     return Starter(tuple(written), ref)
 
 
-def cmd_init(args: argparse.Namespace) -> int:
+def cmd_init(args: argparse.Namespace, argv: Sequence[str]) -> int:
     starter = write_starter(
         args.dir,
         args.kernel,

@@ -1,18 +1,20 @@
 """The ``guard report`` and ``guard history`` commands, and ``--history`` for the
 measuring commands. Parses, calls the core (``guard.report.report``, ``guard.store.history``),
-renders; ``guard.cli.build_parser`` calls ``register``.
+renders; ``guard.commands.main.build_parser`` calls ``register``.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from guard import core
 from guard.base import text
 from guard.decide.compare import compare_runs
+from guard.ops.measure import DEFAULT_SUITE, open_suite
+from guard.ops.outputs import check_output_path, write_output
 from guard.report import render, report, terminal
 from guard.store import history, results
 
@@ -31,14 +33,14 @@ def append_history(args: argparse.Namespace, run: results.RunResult) -> None:
     print(f"[guard] history: appended {what} to {db}", file=sys.stderr)
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def cmd_report(args: argparse.Namespace, argv: Sequence[str]) -> int:
     for option, path in (("--html", args.html), ("--markdown", args.markdown)):
         if path:
-            core.check_output_path(option, path)
+            check_output_path(option, path)
     run = results.load(args.results)
     comparison = None
     if args.baseline:
-        plan = core.open_suite(args.suite).timing  # the suite's margin, drift and alpha
+        plan = open_suite(args.suite).timing  # the suite's margin, drift and alpha
         comparison = compare_runs(results.load(args.baseline), run, alpha=args.alpha, plan=plan)
     trends = {}
     if args.history:
@@ -52,14 +54,14 @@ def cmd_report(args: argparse.Namespace) -> int:
             if t.skipped:
                 print(f"[guard] {text.one_line(t.skipped_note(args.history))}", file=sys.stderr)
     if args.html:
-        core.write_output("--html", args.html, report.html_report(run, comparison, trends=trends))
+        write_output("--html", args.html, report.html_report(run, comparison, trends=trends))
     markdown = (
         render.comparison_markdown(comparison, report_url=args.report_url)
         if comparison is not None
         else render.run_markdown(run)
     )
     if args.markdown:
-        core.write_output("--markdown", args.markdown, markdown)
+        write_output("--markdown", args.markdown, markdown)
     if args.json:
         data: dict[str, Any] = (
             render.comparison_json(comparison)
@@ -76,7 +78,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_history(args: argparse.Namespace) -> int:
+def cmd_history(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
     trend = history.trend(
         args.db,
@@ -149,7 +151,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument(
         "--suite",
-        default=str(core.DEFAULT_SUITE),
+        default=str(DEFAULT_SUITE),
         help="suite YAML file whose timing plan decides --baseline",
     )
     p.add_argument("--report-url", default="", help="link the Markdown to the HTML report")

@@ -4,7 +4,7 @@
 from a ``workflow_dispatch`` with the PR's number and the head commit a maintainer
 reviewed (GitHub lets only users with write access dispatch). Nothing a pull request
 contains decides whether a GPU job runs. Its first job, on a GitHub-hosted runner with
-the default branch's code, runs ``python -m guard.perf_test authorize``:
+the default branch's code, runs ``python -m guard.github.perf_test authorize``:
 
 - who dispatched must have write access to the repository (admin, maintain or write:
   ``collaborators/<user>/permission``), checked again here;
@@ -15,11 +15,11 @@ the default branch's code, runs ``python -m guard.perf_test authorize``:
   merge on a skipped job.
 
 The GPU jobs measure that sha against the PR's base, and the last job runs
-``python -m guard.perf_test report``: the check run's conclusion is success only when
+``python -m guard.github.perf_test report``: the check run's conclusion is success only when
 every GPU kind's merged verdict passed and the measuring jobs ran (skipped or
 cancelled measuring is a failure, never a pass).
 
-Standard library only (urllib), like ``guard.comment``: the jobs install nothing.
+Standard library only (urllib), like ``guard.report.comment``: the jobs install nothing.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from guard.base.text import one_line
-from guard.comment import MAX_FILES, markdown, read
 from guard.decide.outcome import OutcomeFileError
+from guard.report.comment import MAX_FILES, markdown, read
 
 CHECK_NAME = "perf-guard"
 WRITERS = frozenset({"admin", "maintain", "write"})
@@ -185,7 +185,7 @@ def _output(values: Mapping[str, str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m guard.perf_test", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m guard.github.perf_test", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("authorize", help="check the request (environment) and open the check run")
     rep = sub.add_parser("report", help="complete the check run from the merged verdicts")
@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = os.environ
     repo = env.get("REPO", "")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repo):
-        print("guard.perf_test: error: REPO must be owner/name", file=sys.stderr)
+        print("guard.github.perf_test: error: REPO must be owner/name", file=sys.stderr)
         return 2
     call = github_api(env.get("GH_TOKEN", ""), env.get("API_URL") or "https://api.github.com")
     if args.command == "authorize":

@@ -1,6 +1,6 @@
 """The ``guard publish`` command: the history store as a static site (``guard.report.
 site``). Parses, reads the history (``guard.store.history.every_trend``), renders, and
-writes the files; ``guard.cli.build_parser`` calls ``register``.
+writes the files; ``guard.commands.main.build_parser`` calls ``register``.
 
 The output folder is the site's own: a folder that holds other files and no
 ``.guard-site`` manifest from an earlier build is refused (exit 2), so that a typo never
@@ -14,12 +14,13 @@ import argparse
 import contextlib
 import os
 import sys
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from guard import core
 from guard.base import text
 from guard.base.errors import BadInput
+from guard.ops.outputs import write_output
 from guard.report import site, terminal
 from guard.store import history, results
 
@@ -78,12 +79,12 @@ def write_site(files: dict[str, str], out: Path) -> int:
     previous = _previous(out)
     _no_links(out, [*files, *previous])
     for rel, body in files.items():
-        core.write_output("--out", out / rel, body)
+        write_output("--out", out / rel, body)
     stale = sorted(p for p in previous - set(files) if p.startswith("cases/") and "/.." not in p)
     for rel in stale:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(out / rel)
-    core.write_output("--out", out / MANIFEST, "".join(f"{p}\n" for p in sorted(files)))
+    write_output("--out", out / MANIFEST, "".join(f"{p}\n" for p in sorted(files)))
     return len(stale)
 
 
@@ -97,7 +98,7 @@ def _repo_url(args: argparse.Namespace) -> str:
     return url if text.is_web_url(url) else ""
 
 
-def cmd_publish(args: argparse.Namespace) -> int:
+def cmd_publish(args: argparse.Namespace, argv: Sequence[str]) -> int:
     out = Path(args.out)
     _no_links(out, sorted(_previous(out)))  # refuse a foreign folder before reading anything
     for path in args.append or ():
@@ -105,7 +106,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         what = f"run {run_id}" if run_id is not None else "nothing (no timed case)"
         print(f"[guard] history: {path}: {what} in {args.db}", file=sys.stderr)
     for path in args.bisections or ():
-        from guard import bisect
+        from guard.ops import bisect
 
         records = bisect.read_records(results.read_json_text(path), str(path))
         for r in records:
