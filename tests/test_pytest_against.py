@@ -256,9 +256,8 @@ def test_benchmark_compare_fail_sets_the_threshold():
 
 def test_a_min_threshold_raises_the_default_ceiling_of_rounds():
     """min:N% is for a shared CPU, where a 5% question took more than 20 rounds a tree; the
-    median keeps the plan's ceiling, and --max-rounds always wins (core's caller)."""
-    from guard.core import SHARED_CPU_MAX_ROUNDS, pytest_round_ceiling
-
+    median keeps the plan's ceiling, and --max-rounds always wins (the command's)."""
+    from guard.ops.measure import SHARED_CPU_MAX_ROUNDS, pytest_round_ceiling
     from guard.store.suite import TimingPlan
 
     plan = TimingPlan()
