@@ -6,7 +6,7 @@
 # Everything lands in $OUT (or ./gpu-out) with a log per phase. benchmarks/README.md
 # lists the phases and what each writes.
 set -uo pipefail
-source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the carried wheels, PYTHONPATH
+source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the offline wheels (.whl/), PYTHONPATH
 
 phase() {  # name, timeout seconds, command...
   local name=$1 limit=$2; shift 2

@@ -9,7 +9,7 @@
 # tests), PACK (1: everything in $OUT/variants.tgz). Writes $OUT/variant-<i>.json (the
 # benchmark's rows) and a log per step.
 set -uo pipefail
-source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the carried wheels, PYTHONPATH
+source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the offline wheels (.whl/), PYTHONPATH
 ROUNDS=${ROUNDS:-2}
 TESTED=${TESTED:-1}
 JOBS=$(( $(nproc) / $# ))

@@ -19,7 +19,7 @@
 # default 590) bounds each guard process; COLD (default /tmp/cold) holds the trees;
 # WARM_ARGS are passed to `guard warm-cache` (e.g. --no-resources).
 set -uo pipefail
-source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the carried wheels, PYTHONPATH
+source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the offline wheels (.whl/), PYTHONPATH
 DEVICE=${DEVICE:-cuda}
 COLD=${COLD:-/tmp/cold}
 JUDGE=$COLD/judge

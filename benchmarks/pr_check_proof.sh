@@ -31,7 +31,7 @@
 # Exit code, verdicts per case and wall time of each go to $OUT/<phase>.* and a line each;
 # PHASE_LIMIT (seconds, default 590) bounds each guard process.
 set -uo pipefail
-source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the carried wheels, PYTHONPATH
+source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the offline wheels (.whl/), PYTHONPATH
 export GPU_LABEL=${GPU_LABEL:-$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)}
 
 pr_tree() {  # name, then optionally a sed expression and the file under kernels/ it edits

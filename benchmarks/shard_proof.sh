@@ -25,7 +25,7 @@
 # its own (its own GPUs; 64 host cores). On 2 or 3 GPUs the phases run one by one.
 # Works on a CPU too (DEVICE=cpu: a tiny check of the script, no GPU numbers).
 set -uo pipefail
-source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the carried wheels, PYTHONPATH
+source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the offline wheels (.whl/), PYTHONPATH
 mkdir -p "$OUT/shard-logs"
 DEVICE=${DEVICE:-cuda}
 SUITE=${SUITE:-suites/default.yaml}
