@@ -347,9 +347,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(outcome.exit_code)
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The process: ``main``'s exit code; a crash of the guard exits 3, never 1
+    (a "regression")."""
     try:
         sys.exit(main())
-    except Exception:  # never let a crash read as exit 1 ("regression")
+    except Exception:
         traceback.print_exc()
         sys.exit(int(ExitCode.INFRA))
+
+
+if __name__ == "__main__":
+    entry()
