@@ -2,7 +2,7 @@
 # The PR check as the workflow runs it, on a GPU: this checkout is the judge (the base
 # commit); each "PR" is a copy of it with one change, passed as --candidate-tree.
 # Phases by name (each bounded by PHASE_LIMIT; benchmarks/README.md lists them; the PR
-# trees are plain copies with no trusted cache, so CUDA cases are timed even in "same":
+# trees are plain copies with no trusted cache, so CUDA cases can be timed even in "same":
 # pr_check_cold.sh runs the check as CI does):
 #   same      an unchanged tree (identical kernels: decided without timing)
 #   timed     the unchanged tree, gated kernels timed anyway (--time-identical)
