@@ -1,5 +1,5 @@
 """The ``guard bisect`` command: which commit made a step (``guard.ops.bisect``). Parses,
-calls the core, prints; ``guard.commands.main.build_parser`` calls ``register``."""
+calls it, prints; ``guard.commands.main.build_parser`` calls ``register``."""
 
 from __future__ import annotations
 

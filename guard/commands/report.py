@@ -1,5 +1,5 @@
 """The ``guard report`` and ``guard history`` commands, and ``--history`` for the
-measuring commands. Parses, calls the core (``guard.report.report``, ``guard.store.history``),
+measuring commands. Parses, calls ``guard.report.report`` and ``guard.store.history``,
 renders; ``guard.commands.main.build_parser`` calls ``register``.
 """
 

@@ -128,7 +128,7 @@ class Arm:
 
 @dataclass(frozen=True)
 class Progress:
-    """One progress event for the CLI to render (the core never prints)."""
+    """One progress event for the CLI to render (the operations never print)."""
 
     phase: str  # "check" or "time"
     arm: str
