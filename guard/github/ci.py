@@ -57,7 +57,7 @@ from guard.measure import sandbox
 from guard.ops.check import OUTCOME_FILE, CheckLabels, CheckRequest, run_check
 from guard.ops.compare import SURFACE_MODES
 from guard.ops.shards import DEFAULT_GPU_TIMEOUT_S, GPU_SPLIT_HELP, GPU_SPLITS
-from guard.report import comment, render
+from guard.report import comment, render, terminal
 from guard.store import atomic
 
 MAX_EVENT_BYTES = 25 * 1024 * 1024  # GitHub caps a webhook payload (the event file) at 25 MB
@@ -326,7 +326,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         pr_number=pr_number,
         run_url=_run_url(),
     )
-    check = run_check(request_from(args, command_line), labels, print_untrusted)
+    progress = terminal.ProgressPrinter(prefix="[perf-guard]")
+    try:
+        check = run_check(request_from(args, command_line), labels, print_untrusted, progress)
+    finally:
+        progress.close()
     outcome, every_case = check.outcome, check.every_case
     try:
         publish(outcome, args.out_dir, every_case)

@@ -42,7 +42,7 @@ from guard.decide.outcome import CaseProfile, CheckVerdict, Outcome, ShardInfo
 from guard.measure import build_cache, sandbox
 from guard.measure import env as guard_env
 from guard.measure.proc import GUARD_ROOT, local_kernels_root, tree_root
-from guard.measure.runner import Arm
+from guard.measure.runner import Arm, Progress, ProgressFn
 from guard.ops.baseline import find_baseline, show_at
 from guard.ops.compare import compare_arms, identical_trees
 from guard.ops.measure import MeasureOptions, open_suite
@@ -61,7 +61,7 @@ from guard.ops.shards import (
     without_options,
 )
 from guard.ops.trees import PROJECT_FOLDER, folder_tree, kernels_tree, same_folder, worktree
-from guard.report import render, terminal
+from guard.report import render
 from guard.store import atomic, results
 from guard.store.suite import Suite, is_module_kernel, load_suite, surface_named
 
@@ -70,6 +70,10 @@ Log = Callable[[str], None]
 
 
 def _no_log(line: str) -> None:
+    pass
+
+
+def _no_progress(event: Progress) -> None:
     pass
 
 
@@ -309,7 +313,9 @@ class CheckRun:
     measured_s: float | None = None
 
 
-def measure(args: CheckRequest, base: str, tested_label: str, log: Log) -> Measured:
+def measure(
+    args: CheckRequest, base: str, tested_label: str, log: Log, progress: ProgressFn
+) -> Measured:
     """The paired comparison, the PR's policy changes, and profiles of regressions.
 
     Judge mode (``--candidate-tree``): this checkout is the base; otherwise the base is
@@ -352,20 +358,16 @@ def measure(args: CheckRequest, base: str, tested_label: str, log: Log) -> Measu
             weights = weights_baseline(args.baselines, args.device)
             shard = shard_suite(suite, spec, weights)
             suite, opts = shard.suite, replace(opts, family=shard.family)
-        progress = terminal.ProgressPrinter(prefix="[perf-guard]")
         started = time.monotonic()
         # kernels/ is all a tree contributes: one git tree in both needs no measuring.
         # module:function kernels: the whole folder is what a tree contributes.
         same = "" if args.time_identical else _same_kernels(base_arm, cand_arm, suite)
         what = "kernels/" if suite.uses_registry else PROJECT_FOLDER
-        try:
-            if same:
-                device = guard_env.pick_device(args.device)[0]
-                comparison = identical_trees(suite, (base_arm, cand_arm), same, device, what)
-            else:
-                comparison = compare_arms(suite, base_arm, cand_arm, opts=opts, progress=progress)
-        finally:
-            progress.close()
+        if same:
+            device = guard_env.pick_device(args.device)[0]
+            comparison = identical_trees(suite, (base_arm, cand_arm), same, device, what)
+        else:
+            comparison = compare_arms(suite, base_arm, cand_arm, opts=opts, progress=progress)
         seconds = time.monotonic() - started  # main() says where the wall time went
         comparison = replace(comparison, notes=(*comparison.notes, *covered))
         profiles = _profiles(comparison, (base_arm, cand_arm), log)
@@ -465,12 +467,16 @@ def write_reports(
 
 
 def run_check(
-    args: CheckRequest, labels: CheckLabels = CheckLabels(), log: Log = _no_log
+    args: CheckRequest,
+    labels: CheckLabels = CheckLabels(),
+    log: Log = _no_log,
+    progress: ProgressFn = _no_progress,
 ) -> CheckRun:
     """The whole check; every failure becomes an Outcome, never an exception. With it,
     the Markdown table of every case ("" when nothing was measured), kept in memory for
-    the job summary (a compare.md in ``out_dir`` may be an earlier run's). ``argv``: the
-    command line, which ``--gpus`` passes on to one process per GPU."""
+    the job summary (a compare.md in ``out_dir`` may be an earlier run's). ``log``
+    takes lines for the log (a traceback quoting a kernel, say), ``progress`` the
+    measuring's progress events."""
     context: dict[str, object] = asdict(labels)
     out_dir = args.out_dir
     try:
@@ -489,7 +495,7 @@ def run_check(
             args.gpus, args.gpu_split
         ):  # one process per GPU, each a shard; merged here
             return CheckRun(*_run_on_gpus(args, context, log))
-        measured = measure(args, base, labels.tested_commit, log)
+        measured = measure(args, base, labels.tested_commit, log, progress)
     except GuardError as exc:
         verdict = (
             CheckVerdict.INFRASTRUCTURE
