@@ -17,7 +17,8 @@
 # Each phase's exit code, wall time, the check's progress lines and every case that was
 # not identical go to stdout; logs and outcomes to $OUT/<phase>*. PHASE_LIMIT (seconds,
 # default 590) bounds each guard process; COLD (default /tmp/cold) holds the trees;
-# WARM_ARGS are passed to `guard warm-cache` (e.g. --no-resources).
+# WARM_ARGS are passed to `guard warm-cache` (e.g. --no-resources), CHECK_ARGS to every
+# check (e.g. --kernels triton_flash, with the same in WARM_ARGS).
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the offline wheels (.whl/), PYTHONPATH
 DEVICE=${DEVICE:-cuda}
@@ -53,7 +54,7 @@ check() {  # phase, tree, then any further arguments of guard.ci
   shift 2
   (cd "$JUDGE" && PYTHONPATH=$JUDGE TESTED_SHA=$phase timeout "${PHASE_LIMIT:-590}" \
     python3 -m guard.ci --device "$DEVICE" --base "$(git -C "$JUDGE" rev-parse HEAD)" \
-    --candidate-tree "$tree" --trusted-cache "$TRUSTED" --out-dir "$OUT/$phase" "$@" \
+    --candidate-tree "$tree" --trusted-cache "$TRUSTED" --out-dir "$OUT/$phase" "$@" ${CHECK_ARGS:-} \
     > "$OUT/$phase.log" 2>&1)
   local rc=$?
   echo "=== $phase: exit $rc in $((SECONDS - t0)) s"
