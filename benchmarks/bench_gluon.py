@@ -67,7 +67,7 @@ CHECKS = [
     (1, 2, 2, 256, 256, 128, True, "float16"),
     (1, 2, 2, 256, 256, 64, False, "bfloat16"),
     # More CTA tiles than an H100 has SMs: each persistent CTA runs several, so the ring
-    # positions and barrier phases carried across tiles are checked.
+    # positions and barrier phases that live across tiles are checked.
     (4, 16, 8, 1000, 1000, 64, False, "bfloat16"),
 ]
 STRIDED = [(2, 4, 2, 333, 333, 128, True, "float16"), (2, 4, 4, 1000, 700, 64, False, "bfloat16")]
