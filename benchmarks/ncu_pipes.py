@@ -1,9 +1,11 @@
 """Nsight Compute: which pipe limits the attention kernels, ours beside SDPA's.
 
     PYTHONPATH=. python3 benchmarks/ncu_pipes.py --out DIR [--shape 4,16,2048,64,full,bfloat16]
+        [--arms flash_attention sdpa fa3 cuda_flash gluon_flash]
 
-Profiles one call (after warm-up) of the entry point (``flash_attention``) and of SDPA's
-default backend (cuDNN on Hopper) per shape, and reports per kernel the tensor pipe, the
+Profiles one call (after warm-up) of each arm per shape (``side_by_side.py``'s arms: a
+registry name, ``fa3``, a ``cuda_flash:FLAGS`` build; by default the entry point and
+SDPA's default backend, cuDNN on Hopper), and reports per kernel the tensor pipe, the
 XU pipe (MUFU: exp2, and type conversions), the FMA and ALU pipes, issue slots and the
 top stalls. The guard's own profile (``guard.measure.profile``) answers "what changed";
 this answers "what is the kernel waiting for". Metrics the chip lacks (``ncu
@@ -25,6 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ncu_gluon import parse_shape  # noqa: E402  (benchmarks/ is not a package)
+from side_by_side import arm  # noqa: E402
 
 RANGE = "pipes"
 PIPES = {
@@ -35,34 +38,37 @@ PIPES = {
     "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "FMA pipe %",
     "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active": "ALU pipe %",
     "sm__inst_issued.avg.pct_of_peak_sustained_active": "issue slots %",
+    "lts__t_sector_hit_rate.pct": "L2 hit %",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "DRAM %",
 }
 STALLS = ("wait", "barrier", "gmma", "math_pipe_throttle", "long_scoreboard", "not_selected",
           "dispatch_stall", "short_scoreboard")  # fmt: skip
 SHAPES = [(4, 16, 2048, 64, False, "bfloat16"), (4, 32, 4096, 128, False, "float16")]
-CALLS = ("entry point", "sdpa")  # profiled in this order per shape: one launch each
+ARMS = ("flash_attention", "sdpa")  # profiled in this order per shape: one launch each
 
 
-def target(shapes: list[tuple[int, int, int, int, bool, str]]) -> None:
-    """Runs in ncu: per shape and provider, warm-up calls, then one call in the range."""
+def target(shapes: list[tuple[int, int, int, int, bool, str]], arms: list[str]) -> None:
+    """Runs in ncu: per shape and arm, warm-up calls, then one call in the range. An arm
+    that cannot run the shape is left out and named (no launch, no row)."""
     import torch
-    import torch.nn.functional as F
 
-    from kernels.flash_attention import flash_attention_fwd
-
-    providers = dict(zip(CALLS, (
-        lambda q, k, v, c: flash_attention_fwd(q, k, v, causal=c),
-        lambda q, k, v, c: F.scaled_dot_product_attention(q, k, v, is_causal=c),
-    ), strict=True))  # fmt: skip
     for b, h, s, d, causal, dtype in shapes:
         q, k, v = (
             torch.randn(b, h, s, d, device="cuda", dtype=getattr(torch, dtype)) for _ in range(3)
         )
-        for name, fn in providers.items():
+        for name in arms:
+            try:
+                fn = arm(name, q, k, v, causal)
+            except Exception as exc:  # a build or load that fails: name it, go on
+                fn = f"{type(exc).__name__}: {exc}"
+            if isinstance(fn, str):
+                print(f"skipped {name} {(b, h, s, d, causal, dtype)}: {fn}", flush=True)
+                continue
             for _ in range(5):
-                fn(q, k, v, causal)
+                fn()
             torch.cuda.synchronize()
             torch.cuda.nvtx.range_push(RANGE)
-            fn(q, k, v, causal)
+            fn()
             torch.cuda.synchronize()
             torch.cuda.nvtx.range_pop()
             print(f"profiled {name} {(b, h, s, d, causal, dtype)}", flush=True)
@@ -105,11 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--shape", type=parse_shape, action="append", default=None)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), help="side_by_side.py's arms")
     parser.add_argument("--target", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     shapes = args.shape or SHAPES
     if args.target:
-        target(shapes)
+        target(shapes, args.arms)
         return 0
     ncu = shutil.which("ncu")
     if ncu is None or args.out is None:
@@ -122,11 +129,12 @@ def main(argv: list[str] | None = None) -> int:
                   for b, h, s, d, c, dt in shapes]  # fmt: skip
     cmd = [ncu, "--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "none",
            "--metrics", ",".join(metrics), "--csv", "--page", "raw", sys.executable,
-           __file__, "--target", *shape_args]  # fmt: skip
+           __file__, "--target", *shape_args, "--arms", *args.arms]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
     (args.out / "ncu-pipes.csv").write_text(proc.stdout)
-    names = [f"{p} {s[:4]} {'causal' if s[4] else 'full'} {s[5]}"
-             for s in shapes for p in CALLS]  # fmt: skip
+    (args.out / "ncu-pipes.err").write_text(proc.stderr)
+    names = [line.split(" ", 1)[1] for line in proc.stdout.splitlines()
+             if line.startswith("profiled ")]  # fmt: skip
     rows = rows_of(proc.stdout)
     text = markdown(rows, names, metrics) if rows else proc.stdout[-3000:] + proc.stderr[-3000:]
     if missing:

@@ -19,7 +19,11 @@ Arms (``--arms``; default per set):
   (``num_splits=0``); where it does not load the arm is refused with its reason;
 - ``decode[:splits=N,bm=M,bn=N,w=W,s=S]``: the split-KV kernel (``kernels/triton_decode.py``)
   with a split count or config of its own;
-- ``pointer``: the Triton kernel's row-block path, never the split-KV kernel.
+- ``pointer``: the Triton kernel's row-block path, never the split-KV kernel;
+- ``cuda_flash:FLAGS``: the CUDA kernel's Hopper path built with the tuning flags FLAGS
+  (e.g. ``"cuda_flash:-DFLASH_SM90_D64_CAUSAL_M=192"``, the macros at the top of
+  ``kernels/csrc/flash_fwd_sm90.cuh``): each variant its own build, side by side in one
+  process with the others.
 
 Writes ``DIR/side_by_side.jsonl`` (one line per shape and arm) and prints a table.
 """
@@ -91,14 +95,26 @@ SETS: dict[str, list[Shape]] = {
         (8, 32, 32, 1024, 1024, 64, True, "bfloat16"),
     ],
 }
+SETS["table-d64"] = [shape for shape in SETS["table"] if shape[5] == 64]
+# Causal head_dim 64 around the CUDA kernel's switch to 192-row tiles (D64_CAUSAL_LONG_Q).
+SETS["d64-causal"] = [
+    (b, 32, 32, s, s, 64, True, "bfloat16")
+    for b, s in ((8, 1024), (8, 1536), (4, 2048), (4, 3072), (2, 4096), (1, 8192))
+]
 DEFAULT_ARMS = {
     "decode": "sdpa,fa3,flash_attention,triton_flash,gluon_flash",
     "decode-short": "sdpa,flash_attention,decode,pointer,gluon_flash",
     "table": "sdpa,fa3,flash_attention,gluon_flash,cuda_flash",
+    "table-d64": "sdpa,fa3,flash_attention,gluon_flash,cuda_flash",
+    "d64-causal": "sdpa,fa3,gluon_flash,cuda_flash",
     "entry-grid": "sdpa,flash_attention,triton_flash,gluon_flash",
     "entry-small": "sdpa,flash_attention,triton_flash,gluon_flash",
     "entry-hd128": "flash_attention,triton_flash,gluon_flash",
 }
+
+
+REFERENCE_SCORES = 2**28  # float32 scores (1 GiB) above which the reference samples rows
+REFERENCE_ROWS = 256
 
 
 def _fa3(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Fn | str:
@@ -145,8 +161,26 @@ def _decode_arm(spec: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
     return call
 
 
+def _cuda_variant(
+    spec: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
+) -> Fn | str:
+    from kernels import cuda_flash
+
+    capability = torch.cuda.get_device_capability(q.device)
+    if capability != cuda_flash.HOPPER:
+        return "a tuning build of cuda_flash is of its Hopper path: sm_90 only"
+    reason = cuda_flash.unavailable_reason()
+    if reason:
+        return reason
+    extension = cuda_flash.load_extension(capability, spec.split(":", 1)[1])
+    scale, path = q.shape[-1] ** -0.5, cuda_flash.KERNEL_PATHS["hopper"]
+    return lambda: extension.flash_fwd(q, k, v, causal, scale, None, path)
+
+
 def arm(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Fn | str:
     """A no-argument call of ``name`` on these inputs, or the reason it cannot run."""
+    if name.startswith("cuda_flash:"):
+        return _cuda_variant(name, q, k, v, causal)
     if name == "fa3":
         return _fa3(q, k, v, causal)
     if name.startswith("decode"):
@@ -176,8 +210,6 @@ def random_inputs(shape: Shape) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
 
 
 def _errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
-    if out.dim() == 4 and out.shape != ref.shape:  # FA3: (B, S, H, D)
-        out = out.transpose(1, 2)
     if not torch.isfinite(out).all():
         return float("nan"), float("nan")
     diff = out.float() - ref
@@ -202,9 +234,11 @@ def checked_arms(
     k: torch.Tensor,
     v: torch.Tensor,
     ref: torch.Tensor,
+    sample: torch.Tensor | None = None,
 ) -> tuple[dict[str, Fn], dict[str, dict[str, Any]]]:
     """Each arm's call, checked against ``ref`` first (the reference of the first
-    ``ref.shape[:2]`` batch rows and heads), and its row: errors, or why it is refused."""
+    ``ref.shape[0]`` batch rows, at the query positions ``sample`` where given), and its
+    row: errors, or why it is refused."""
     causal = shape[6]
     fns: dict[str, Fn] = {}
     rows: dict[str, dict[str, Any]] = {}
@@ -217,8 +251,9 @@ def checked_arms(
             continue
         try:
             out = made()
-            if out.shape != ref.shape and out.shape[1] == q.shape[1]:  # ours: (B, H, S, D)
-                out = out[: ref.shape[0], : ref.shape[1]]
+            if out.shape != q.shape:  # FA3: (B, S, H, D)
+                out = out.transpose(1, 2)
+            out = out[: ref.shape[0]] if sample is None else out[: ref.shape[0], :, sample]
             rel, worst = _errors(out, ref)
         except Exception as exc:  # a kernel that cannot take the shape: say so, go on
             row["refused"] = f"{type(exc).__name__}: {exc}"
@@ -238,8 +273,17 @@ def measure(shape: Shape, arms: list[str], rounds: int, rep_ms: int) -> list[dic
 
     causal = shape[6]
     q, k, v = random_inputs(shape)
-    ref = attention_reference(q, k, v, causal=causal, dtype=torch.float32)
-    fns, rows = checked_arms(shape, arms, q, k, v, ref)
+    sample = None
+    if shape[0] * shape[1] * shape[3] * shape[4] > REFERENCE_SCORES:
+        # A float32 score matrix this large does not fit: the first batch row, at
+        # REFERENCE_ROWS query positions spread over the sequence, the last included.
+        sample = torch.linspace(0, shape[3] - 1, REFERENCE_ROWS, device=q.device).long()
+        ref = attention_reference(
+            q[:1, :, sample], k[:1], v[:1], causal=causal, dtype=torch.float32, rows=sample
+        )
+    else:
+        ref = attention_reference(q, k, v, causal=causal, dtype=torch.float32)
+    fns, rows = checked_arms(shape, arms, q, k, v, ref, sample)
     del ref
     times: dict[str, list[float]] = {name: [] for name in fns}
     order = list(fns)

@@ -207,7 +207,7 @@ def hopper_records(
     seq_k = int(params.get("seq_k", seq_q))
     dtype = str(params.get("dtype", "float16"))
     causal = bool(params.get("causal", False))
-    block_m, block_n, stages = hopper_tile(source, head_dim, causal, seq_k)
+    block_m, block_n, stages = hopper_tile(source, head_dim, causal, seq_q, seq_k)
     cluster = hopper_cluster(source, head_dim, causal, seq_q, seq_k)
     last_keys = hopper_last_keys(source, causal, seq_k, block_n)
     wanted = HopperInstance(

@@ -73,7 +73,11 @@ HEADERS = (CSRC / "flash_fwd.h", HOPPER_KERNEL_HEADER, *HOPPER_PARTS)
 HOPPER = (9, 0)
 CUTLASS_PIN = "nvidia-cutlass==4.2.0.0"  # also in install.sh and ci/setup-runner.sh
 
-NVCC_FLAGS = ("-O3", "--use_fast_math", "-std=c++17")
+# Hidden host symbols: the launcher's per-device statics (a template's function-local
+# statics, otherwise bound process-wide by the dynamic linker) stay in their own build,
+# so two builds of the extension in one process (tuning variants side by side) do not
+# share them (the second would skip its kernels' shared-memory attribute and fail).
+NVCC_FLAGS = ("-O3", "--use_fast_math", "-std=c++17", "-Xcompiler=-fvisibility=hidden")
 HOPPER_NVCC_FLAGS = ("--expt-relaxed-constexpr", "-DFLASH_SM90")
 KERNEL_PATHS = {"auto": 0, "mma_sync": 1, "hopper": 2}
 SUPPORTED_HEAD_DIMS = (64, 128)
@@ -134,7 +138,17 @@ def cutlass_include() -> Path | None:
     return None
 
 
-def hopper_flags() -> list[str]:
+def tuning_flags(variant: str | None = None) -> list[str]:
+    """A tuning build's extra nvcc flags: ``variant``, else ``$ATTN_GUARD_HOPPER_FLAGS``.
+
+    E.g. ``-DFLASH_SM90_D128_FULL_N=128`` (the macros at the top of
+    ``flash_fwd_sm90.cuh``); part of the build's hash, so each variant has its own build
+    and its own module name, and several load into one process side by side."""
+    text = os.environ.get("ATTN_GUARD_HOPPER_FLAGS", "") if variant is None else variant
+    return text.split()
+
+
+def hopper_flags(variant: str | None = None) -> list[str]:
     """nvcc flags of the Hopper TUs: CuTe's include path and the kernel's defines."""
     include = cutlass_include()
     if include is None:
@@ -142,9 +156,7 @@ def hopper_flags() -> list[str]:
             f"the CUTLASS/CuTe headers are not installed: pip install {CUTLASS_PIN} "
             "(or set CUTLASS_INCLUDE to a CUTLASS include/ folder)"
         )
-    # Tuning runs pass e.g. -DFLASH_SM90_D128_FULL_N=128 (part of the build's hash).
-    extra = os.environ.get("ATTN_GUARD_HOPPER_FLAGS", "").split()
-    return [f"-I{include}", *HOPPER_NVCC_FLAGS, *extra]
+    return [f"-I{include}", *HOPPER_NVCC_FLAGS, *tuning_flags(variant)]
 
 
 def torch_nvcc_flags() -> list[str]:
@@ -217,9 +229,9 @@ def cache_root() -> Path:
     return root / "cuda_ext"
 
 
-def build_directory(capability: tuple[int, int]) -> Path:
+def build_directory(capability: tuple[int, int], variant: str | None = None) -> Path:
     """Where the extension for ``capability`` is built: ``<cache_root>/<hash>-<arch>``."""
-    flags = [*arch_flags(capability), *os.environ.get("ATTN_GUARD_HOPPER_FLAGS", "").split()]
+    flags = [*arch_flags(capability), *tuning_flags(variant)]
     return cache_root() / f"{source_hash(flags)}-{_arch_tag(capability)}"
 
 
@@ -269,12 +281,14 @@ def _import_built(build_dir: Path, name: str) -> CudaFlashExtension | None:
 
 
 @functools.cache
-def load_extension(capability: tuple[int, int]) -> CudaFlashExtension:
-    """Build (or reuse) and import the extension for one compute capability."""
+def load_extension(capability: tuple[int, int], variant: str | None = None) -> CudaFlashExtension:
+    """Build (or reuse) and import the extension for one compute capability.
+
+    ``variant``: a tuning build's flags (``tuning_flags``); None: the environment's."""
     from torch.utils import cpp_extension
 
     flags = arch_flags(capability)
-    build_dir = build_directory(capability)
+    build_dir = build_directory(capability, variant)
     build_dir.mkdir(parents=True, exist_ok=True)
     name = f"attn_guard_cuda_flash_{build_dir.name.split('-')[0]}"  # the hash
     try:
@@ -288,7 +302,7 @@ def load_extension(capability: tuple[int, int]) -> CudaFlashExtension:
     try:
         if capability == HOPPER:
             sources = (*SOURCES, *HOPPER_SOURCES)
-            flags = [*flags, *hopper_flags()]
+            flags = [*flags, *hopper_flags(variant)]
             cflags = ["-DFLASH_SM90"]
         module: CudaFlashExtension = cpp_extension.load(
             name=name,

@@ -35,18 +35,22 @@ def hopper_cluster(source: str, head_dim: int, causal: bool, seq_q: int, seq_k: 
     cluster = m.get("FLASH_SM90_D128_CLUSTER", 1)
     if head_dim != 128 or causal or cluster == 1 or -(-seq_q // 128) % cluster != 0:
         return 1
-    block_m, block_n, stages = hopper_tile(source, head_dim, causal, seq_k)
+    block_m, block_n, stages = hopper_tile(source, head_dim, causal, seq_q, seq_k)
     separate_o, _ = _hopper_buffers(head_dim, block_m, block_n, stages)
     return cluster if separate_o or -(-seq_k // block_n) > stages else 1
 
 
-def hopper_tile(source: str, head_dim: int, causal: bool, seq_k: int) -> tuple[int, int, int]:
+def hopper_tile(
+    source: str, head_dim: int, causal: bool, seq_q: int, seq_k: int
+) -> tuple[int, int, int]:
     """(rows of Q, keys per step, stages) the launcher picks, from the header's defaults."""
     m = header_macros(source)
     # A head_dim's own ring depth where the header sets one, else the common one.
     stages = m.get(f"FLASH_SM90_D{head_dim}_STAGES", m["FLASH_SM90_STAGES"])
     if head_dim == 64 and causal:
-        return m["FLASH_SM90_D64_CAUSAL_M"], m["FLASH_SM90_D64_CAUSAL_N"], stages
+        long = seq_q >= m["FLASH_SM90_D64_CAUSAL_LONG_Q"]
+        rows = m["FLASH_SM90_D64_CAUSAL_LONG_M" if long else "FLASH_SM90_D64_CAUSAL_M"]
+        return rows, m["FLASH_SM90_D64_CAUSAL_N"], stages
     if causal:
         return 128, m["FLASH_SM90_D128_CAUSAL_N"], stages
     # Non-causal: the key tile by seq_k (``launch_full``).

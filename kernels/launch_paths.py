@@ -176,7 +176,7 @@ def cuda_path(params: Mapping[str, Any], arch: str) -> str:
     head = _head(head_dim, dtype, causal)
     if not cuda_flash_plan.uses_hopper_kernel(params, arch, header):
         return f"cuda mma_sync {head}"
-    block_m, block_n, stages = cuda_flash_plan.hopper_tile(hopper, head_dim, causal, seq_k)
+    block_m, block_n, stages = cuda_flash_plan.hopper_tile(hopper, head_dim, causal, seq_q, seq_k)
     parts = [f"cuda hopper {head} {block_m}x{block_n} s{stages}"]
     cluster = cuda_flash_plan.hopper_cluster(hopper, head_dim, causal, seq_q, seq_k)
     if cluster > 1:

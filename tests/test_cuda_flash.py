@@ -540,6 +540,15 @@ def test_resource_notes_name_the_hopper_instantiation_a_workload_runs(
     record64 = res.hopper_records(report64, causal64, header)[0]
     assert record64["num_stages"] == 3  # head_dim 64's own ring depth
     assert record64["shared_bytes"] == 2 * 16384 + 2 * 3 * 128 * 64 * 2 + 16384 + 1024
+    # Causal head_dim 64: FA3's 192 rows (three consumer warpgroups) from 1536 queries on.
+    assert plan.hopper_tile(header, 64, True, 1535, 1535) == (128, 128, 3)
+    assert plan.hopper_tile(header, 64, True, 1536, 1536) == (192, 128, 3)
+    long64 = {"shape": [2, 32, 4096, 64], "dtype": "bfloat16", "causal": True}
+    record = res.hopper_records(report64, long64, header)[0]
+    assert (record["config"]["BLOCK_M"], record["config"]["BLOCK_N"]) == (192, 128)
+    assert record["num_warps"] == 16 and record["spill_store_bytes"] == 0
+    q = o = 192 * 64 * 2
+    assert record["shared_bytes"] == 2 * q + 2 * 3 * 128 * 64 * 2 + o + 1024
     # Non-causal head_dim 64: 192 keys a step above 1024 keys, 128 up to there.
     for seq, keys in [(2048, 192), (1024, 128)]:
         full64 = {"shape": [4, 16, seq, 64], "dtype": "bfloat16", "causal": False}
@@ -600,6 +609,40 @@ def test_arch_flags() -> None:
     assert cuda_flash.arch_flags((9, 0)) == ["-gencode=arch=compute_90a,code=sm_90a"]
     assert cuda_flash.arch_flags((8, 9)) == ["-gencode=arch=compute_89,code=sm_89"]
     assert cuda_flash.arch_flags((8, 0)) == ["-gencode=arch=compute_80,code=sm_80"]
+
+
+def test_hopper_objects_bind_no_symbol_process_wide(compile_results: dict) -> None:
+    """The launcher's per-device cache is a template's function-local static; with
+    default visibility the dynamic linker binds it process-wide (STB_GNU_UNIQUE), so a
+    second build of the extension in the same process (a tuning variant) would skip its
+    kernels' shared-memory attribute and fail to launch."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf not on PATH")
+    results = _hopper_results(compile_results)
+    for source in ("flash_fwd_sm90_bf16_hdim64.cu", "flash_fwd_sm90_fp16_hdim128.cu"):
+        assert results[source].returncode == 0, _output(results[source])
+        obj = compile_results["out_dir"] / f"{source.removesuffix('.cu')}.o"
+        symbols = _run([readelf, "-sW", str(obj)]).stdout
+        assert "flash_fwd_sm90" in symbols
+        # UNIQUE binding is harmless where the symbol is hidden: the link makes it local.
+        exported = [
+            line for line in symbols.splitlines() if " UNIQUE " in line and " HIDDEN " not in line
+        ]
+        assert not exported, "\n".join(exported[:5])
+
+
+def test_tuning_variants_have_builds_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ATTN_GUARD_CACHE", str(tmp_path))
+    monkeypatch.setenv("ATTN_GUARD_HOPPER_FLAGS", "-DFLASH_SM90_D64_CAUSAL_LONG_Q=0")
+    from_env = cuda_flash.build_directory((9, 0))
+    assert cuda_flash.build_directory((9, 0), "-DFLASH_SM90_D64_CAUSAL_LONG_Q=0") == from_env
+    assert cuda_flash.build_directory((9, 0), "") != from_env  # "": the defaults
+    monkeypatch.delenv("ATTN_GUARD_HOPPER_FLAGS")
+    assert cuda_flash.build_directory((9, 0)) == cuda_flash.build_directory((9, 0), "")
+    assert cuda_flash.tuning_flags("-DA=1  -DB=2") == ["-DA=1", "-DB=2"]
 
 
 def test_build_directory_follows_cache_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -83,7 +83,17 @@
 #define FLASH_SM90_D64_SHORT_K 1024
 #endif
 #ifndef FLASH_SM90_D64_CAUSAL_M
-#define FLASH_SM90_D64_CAUSAL_M 128
+#define FLASH_SM90_D64_CAUSAL_M 128  // seq_q < FLASH_SM90_D64_CAUSAL_LONG_Q
+#endif
+// Long causal head_dim 64: FlashAttention-3's 192 rows (three consumer warpgroups) from
+// this many queries on; below it the ragged last row block and the diagonal's masked
+// steps cost 192 rows more than they save. H200, bf16, ratio to cuDNN with 128 / 192
+// rows: S = 1024 0.97x / 1.13x, 1536 0.99x / 0.96x, 3072 1.00x / 0.94x, 8192 0.99x / 0.91x.
+#ifndef FLASH_SM90_D64_CAUSAL_LONG_M
+#define FLASH_SM90_D64_CAUSAL_LONG_M 192
+#endif
+#ifndef FLASH_SM90_D64_CAUSAL_LONG_Q
+#define FLASH_SM90_D64_CAUSAL_LONG_Q 1536
 #endif
 #ifndef FLASH_SM90_D64_CAUSAL_N
 #define FLASH_SM90_D64_CAUSAL_N 128
@@ -555,8 +565,11 @@ cudaError_t launch_full(const FlashFwdParams& p, cudaStream_t stream) {
     using namespace flash_sm90;                                                            \
     if constexpr (HEAD_DIM == 64) {                                                        \
       constexpr int S = FLASH_SM90_D64_STAGES;                                             \
-      return p.causal ? launch<Traits<64, FLASH_SM90_D64_CAUSAL_M, FLASH_SM90_D64_CAUSAL_N, S, ELEMENT>, true>(p, stream) \
-                      : launch_full<64, S, ELEMENT>(p, stream);                              \
+      if (!p.causal) return launch_full<64, S, ELEMENT>(p, stream);                          \
+      constexpr int N = FLASH_SM90_D64_CAUSAL_N;                                             \
+      return p.seq_q >= FLASH_SM90_D64_CAUSAL_LONG_Q                                         \
+                 ? launch<Traits<64, FLASH_SM90_D64_CAUSAL_LONG_M, N, S, ELEMENT>, true>(p, stream) \
+                 : launch<Traits<64, FLASH_SM90_D64_CAUSAL_M, N, S, ELEMENT>, true>(p, stream);  \
     } else {                                                                               \
       constexpr int S = FLASH_SM90_D128_STAGES;                                            \
       return p.causal                                                                      \
