@@ -96,6 +96,7 @@ SETS: dict[str, list[Shape]] = {
     ],
 }
 SETS["table-d64"] = [shape for shape in SETS["table"] if shape[5] == 64]
+SETS["table-d128"] = [shape for shape in SETS["table"] if shape[5] == 128 and shape[3] <= 16384]
 # Causal head_dim 64 around the CUDA kernel's switch to 192-row tiles (D64_CAUSAL_LONG_Q).
 SETS["d64-causal"] = [
     (b, 32, 32, s, s, 64, True, "bfloat16")
@@ -106,6 +107,7 @@ DEFAULT_ARMS = {
     "decode-short": "sdpa,flash_attention,decode,pointer,gluon_flash",
     "table": "sdpa,fa3,flash_attention,gluon_flash,cuda_flash",
     "table-d64": "sdpa,fa3,flash_attention,gluon_flash,cuda_flash",
+    "table-d128": "sdpa,fa3,flash_attention,gluon_flash,cuda_flash",
     "d64-causal": "sdpa,fa3,gluon_flash,cuda_flash",
     "entry-grid": "sdpa,flash_attention,triton_flash,gluon_flash",
     "entry-small": "sdpa,flash_attention,triton_flash,gluon_flash",

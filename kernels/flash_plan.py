@@ -545,7 +545,7 @@ def paired_deal(causal: bool, tiles: int, ctas: int, rounds: int) -> bool:
 # at most DECODE_MAX_SEQ_Q queries against at least DECODE_MIN_SEQ_K keys per 4 queries
 # (decode_takes). (Top-left causal calls of so few queries see only the first keys: the
 # row-block kernels.) H200, side by side with SDPA (benchmarks/side_by_side.py --set
-# decode-short, docs/data/h200-2026-11-29/decode-sweep-a.jsonl): at 4x32x8 heads, one query,
+# decode-short, docs/data/h200-2026-11-29/decode-sweep-a.jsonl.gz): at 4x32x8 heads, one query,
 # the split kernel took 0.86x SDPA's time at 512 keys (hd 64; 0.80x at hd 128) where the
 # row-block kernels took 1.07-1.44x; 16 queries, it was behind them below 2048 keys.
 DECODE_MAX_SEQ_Q = 16
