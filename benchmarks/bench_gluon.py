@@ -153,6 +153,12 @@ HD128_CAUSAL_SHORT = [
     (8, 16, 16, 2048, 2048, 128, True, "bfloat16"),
     (4, 32, 32, 4096, 4096, 128, True, "float16"),
 ]
+# Long head_dim 64 causal (from 2048 queries): where the CUDA kernel's 192-row tiles pay.
+HD64_CAUSAL_LONG = [
+    (4, 32, 32, 2048, 2048, 64, True, "bfloat16"),
+    (2, 32, 32, 4096, 4096, 64, True, "bfloat16"),
+    (1, 32, 32, 8192, 8192, 64, True, "bfloat16"),
+]
 SHAPE_SETS = {
     "table": TABLE,
     "headline": HEADLINE,
@@ -160,6 +166,7 @@ SHAPE_SETS = {
     "hd64-tiles": HD64_TILES,
     "cuts": CUTS,
     "hd64-causal": HD64_CAUSAL,
+    "hd64-causal-long": HD64_CAUSAL_LONG,
     "hd128-causal": HD128_CAUSAL,
     "hd128-causal-short": HD128_CAUSAL_SHORT,
 }
@@ -663,7 +670,8 @@ def main(argv: list[str] | None = None) -> int:
         help="timed shapes: the PERFORMANCE.md table (default), the headline shapes, both (all),"
         " head_dim 64 non-causal at 128 to 1024 row-block tiles (hd64-tiles), or the"
         " non-causal shapes where runs of key tiles cut row blocks (cuts), or head_dim 64"
-        " causal from one wave of CTAs to many (hd64-causal), or head_dim 128 causal from"
+        " causal from one wave of CTAs to many (hd64-causal) or from 2048 queries"
+        " (hd64-causal-long), or head_dim 128 causal from"
         " 8192^2 (hd128-causal) or below it (hd128-causal-short)",
     )
     args = parser.parse_args(argv)
