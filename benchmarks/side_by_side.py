@@ -168,6 +168,8 @@ def _cuda_variant(
 ) -> Fn | str:
     from kernels import cuda_flash
 
+    if not q.is_cuda:
+        return "a tuning build of cuda_flash runs on a CUDA GPU"
     capability = torch.cuda.get_device_capability(q.device)
     if capability != cuda_flash.HOPPER:
         return "a tuning build of cuda_flash is of its Hopper path: sm_90 only"
