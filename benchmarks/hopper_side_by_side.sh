@@ -3,8 +3,7 @@
 # FlashAttention-3 and cuDNN: every build made at once, then (phase `ncu`) Nsight Compute's
 # pipes of every arm (ncu_pipes.py) and (phase `time`) interleaved rounds of every arm in
 # one process (side_by_side.py), each output checked against a float32 reference first.
-# Each argument after the phases is one build's flags (side_by_side.py's cuda_flash:FLAGS
-# arm), e.g.
+# Each argument is one build's flags (side_by_side.py's cuda_flash:FLAGS arm), e.g.
 #   OUT=/tmp/v PHASES="ncu time" bash benchmarks/hopper_side_by_side.sh "-DFLASH_SM90_Q_STAGES=1"
 # Env: PHASES ("time"), SET (side_by_side.py's set, "table"), ROUNDS (3), ARMS (the arms
 # before the builds: "sdpa fa3 cuda_flash gluon_flash"), NCU_SHAPES (ncu_pipes.py --shape
@@ -12,17 +11,7 @@
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the offline wheels (.whl/), PYTHONPATH
 t0=$SECONDS
-jobs=$(( $(nproc) / ($# + 1) ))
-(( jobs < 1 )) && jobs=1
-i=0
-for flags in "" "$@"; do
-  ATTN_GUARD_HOPPER_FLAGS=$flags MAX_JOBS=$jobs python3 -c \
-    'import torch; from kernels import cuda_flash; cuda_flash.load_extension(torch.cuda.get_device_capability())' \
-    > "$OUT/build-$i.log" 2>&1 &
-  i=$((i + 1))
-done
-wait
-echo "=== $i builds in $((SECONDS - t0)) s"
+build_cuda_variants "" "$@"  # the defaults too: the cuda_flash arm's build
 
 read -r -a arms <<< "${ARMS:-sdpa fa3 cuda_flash gluon_flash}"
 for flags in "$@"; do arms+=("cuda_flash:$flags"); done

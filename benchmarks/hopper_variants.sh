@@ -12,19 +12,7 @@ set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"  # cd to the root, OUT, the offline wheels (.whl/), PYTHONPATH
 ROUNDS=${ROUNDS:-2}
 TESTED=${TESTED:-1}
-JOBS=$(( $(nproc) / $# ))
-(( JOBS < 1 )) && JOBS=1
-
-t0=$SECONDS
-i=0
-for flags in "$@"; do
-  i=$((i + 1))
-  ATTN_GUARD_HOPPER_FLAGS=$flags MAX_JOBS=$JOBS python3 -c \
-    'import torch; from kernels import cuda_flash; cuda_flash.load_extension(torch.cuda.get_device_capability())' \
-    > "$OUT/build-$i.log" 2>&1 &
-done
-wait
-echo "=== $# builds in $((SECONDS - t0)) s (${JOBS} jobs each)"
+build_cuda_variants "$@"
 
 i=0
 for flags in "$@"; do

@@ -96,14 +96,19 @@ def markdown(rows: list[dict[str, str]], names: list[str], metrics: list[str]) -
     stall_cols = [m for m in metrics if m.startswith("smsp__warp_issue_stalled_")]
     head = ["call", "kernel", *(PIPES[m] for m in cols), "top stalls (% of warps)"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    names = names + [f"launch {i}" for i in range(len(names), len(rows))]
-    for name, row in zip(names, rows, strict=False):
+    # A call may launch more than one kernel (FA3 fills its output first): where the
+    # launches and the profiled calls differ in number, a call's name would land on
+    # another call's kernel, so every row is a launch and the calls are listed below.
+    labels = names if len(names) == len(rows) else [f"launch {i}" for i in range(len(rows))]
+    for name, row in zip(labels, rows, strict=True):
         stalls = sorted(
             ((m.split("stalled_")[1].split("_per_warp")[0], float(row[m].replace(",", "")))
              for m in stall_cols if row.get(m)), key=lambda x: -x[1])[:3]  # fmt: skip
         cells = [row.get(m, "—") for m in cols]
         out.append("| " + " | ".join([name, row.get("Kernel Name", "?")[:60], *cells,
                    ", ".join(f"{r} {v:.1f}" for r, v in stalls)]) + " |")  # fmt: skip
+    if labels is not names:
+        out.append(f"\n{len(rows)} launches of {len(names)} calls, in order: " + "; ".join(names))
     return "\n".join(out)
 
 

@@ -102,12 +102,13 @@ SETS["d64-causal"] = [
     (b, 32, 32, s, s, 64, True, "bfloat16")
     for b, s in ((8, 1024), (8, 1536), (4, 2048), (4, 3072), (2, 4096), (1, 8192))
 ]
+TABLE_ARMS = "sdpa,fa3,flash_attention,gluon_flash,cuda_flash"
 DEFAULT_ARMS = {
     "decode": "sdpa,fa3,flash_attention,triton_flash,gluon_flash",
     "decode-short": "sdpa,flash_attention,decode,pointer,gluon_flash",
-    "table": "sdpa,fa3,flash_attention,gluon_flash,cuda_flash",
-    "table-d64": "sdpa,fa3,flash_attention,gluon_flash,cuda_flash",
-    "table-d128": "sdpa,fa3,flash_attention,gluon_flash,cuda_flash",
+    "table": TABLE_ARMS,
+    "table-d64": TABLE_ARMS,
+    "table-d128": TABLE_ARMS,
     "d64-causal": "sdpa,fa3,gluon_flash,cuda_flash",
     "entry-grid": "sdpa,flash_attention,triton_flash,gluon_flash",
     "entry-small": "sdpa,flash_attention,triton_flash,gluon_flash",
@@ -168,17 +169,13 @@ def _cuda_variant(
 ) -> Fn | str:
     from kernels import cuda_flash
 
-    if not q.is_cuda:
-        return "a tuning build of cuda_flash runs on a CUDA GPU"
-    capability = torch.cuda.get_device_capability(q.device)
-    if capability != cuda_flash.HOPPER:
-        return "a tuning build of cuda_flash is of its Hopper path: sm_90 only"
     reason = cuda_flash.unavailable_reason()
     if reason:
         return reason
-    extension = cuda_flash.load_extension(capability, spec.split(":", 1)[1])
-    scale, path = q.shape[-1] ** -0.5, cuda_flash.KERNEL_PATHS["hopper"]
-    return lambda: extension.flash_fwd(q, k, v, causal, scale, None, path)
+    flags = spec.split(":", 1)[1]
+    return lambda: cuda_flash.flash_attention_fwd(
+        q, k, v, causal=causal, kernel="hopper", tuning=flags
+    )
 
 
 def arm(name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> Fn | str:

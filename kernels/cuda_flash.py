@@ -439,6 +439,7 @@ def flash_attention_fwd(
     scale: float | None = None,
     out: torch.Tensor | None = None,
     kernel: str = "auto",
+    tuning: str | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale) v with the CUDA FlashAttention forward kernels.
 
@@ -456,6 +457,9 @@ def flash_attention_fwd(
         out: where to write the result: q's shape, dtype and device, any strides.
         kernel: "auto" (the Hopper kernel on sm_90, mma.sync elsewhere), "hopper" or
             "mma_sync" to force one (for benchmarks; "hopper" needs an sm_90 GPU).
+        tuning: a tuning build's extra nvcc flags (``tuning_flags``), each its own
+            build, so that variants run side by side in one process (for benchmarks);
+            None: ``$ATTN_GUARD_HOPPER_FLAGS``.
 
     Returns:
         (batch, heads, seq_q, head_dim) contiguous tensor in ``q``'s dtype; zeros
@@ -485,6 +489,6 @@ def flash_attention_fwd(
             )
     if kernel == "hopper" and capability != HOPPER:
         raise ValueError(f"kernel='hopper' needs an sm_90 GPU; {q.device} is {capability}")
-    return load_extension(capability).flash_fwd(
+    return load_extension(capability, tuning).flash_fwd(
         q, k, v, causal, scale_value, out, KERNEL_PATHS[kernel]
     )
