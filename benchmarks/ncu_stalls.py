@@ -1,0 +1,141 @@
+"""Nsight Compute: at which SASS instructions each attention kernel's warps wait.
+
+    PYTHONPATH=. python3 benchmarks/ncu_stalls.py --out DIR --shape 1,16,8192,128,causal,bfloat16
+        --arms fa3 cuda_flash
+
+Profiles one call of each arm after warm-up (``ncu_pipes.py``'s target: the arms of
+``side_by_side.py``) with ncu's warp-state sampling per instruction (the SourceCounters
+section), then exports each launch's SASS with its samples (``--page source``). Per
+launch it reports the samples by opcode (``HGMMA``, ``BAR`` for the named barriers,
+``SYNCS`` for the mbarrier waits of the K/V ring, ``WARPGROUP`` for the wgmma waits,
+``MUFU``...) and the instructions with the most, so that two kernels with the same
+step can be compared where their cycles differ: the turns, the ring, the tile ends.
+Writes DIR/ncu-stalls.md, the report (DIR/stalls.ncu-rep) and the source page's CSV
+(DIR/ncu-stalls-sass.csv). A profiled call's order in the target's log
+(DIR/ncu-stalls.log) is its launches' order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from ncu_gluon import parse_shape  # noqa: E402  (benchmarks/ is not a package)
+from ncu_pipes import RANGE  # noqa: E402
+
+SAMPLES = "Warp Stall Sampling (All Samples)"
+TOP = 25
+
+
+def opcode(source: str) -> str:
+    """The opcode's first part of one SASS line ("@!P0 SYNCS.ARRIVE..." -> "SYNCS")."""
+    words = source.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0].split(".")[0] if words else "?"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One profiled kernel launch of ncu's source page: its name and SASS rows."""
+
+    kernel: str
+    rows: list[dict[str, str]]
+
+
+def launches_of(text: str) -> list[Launch]:
+    """ncu --page source --csv: per launch a "Kernel Name" line, a header row and one row
+    per instruction (ncu's own log lines are skipped)."""
+    found: list[tuple[str, list[str]]] = []
+    kernel = "?"
+    for line in text.splitlines():
+        if line.startswith('"Kernel Name"'):
+            kernel = next(csv.reader([line]))[1]
+        elif line.startswith(('"Address"', '"# Address"')):
+            found.append((kernel, [line]))
+        elif found and line.startswith('"'):
+            found[-1][1].append(line)
+    return [Launch(k, list(csv.DictReader(io.StringIO("\n".join(lines))))) for k, lines in found]
+
+
+def summary(rows: list[dict[str, str]]) -> tuple[int, Counter[str], list[tuple[int, str, str]]]:
+    """Total samples, samples by opcode, and the instructions with the most."""
+    by_op: Counter[str] = Counter()
+    per_instruction = []
+    for row in rows:
+        samples = int(float(row.get(SAMPLES, "0").replace(",", "") or "0"))
+        source = " ".join(row.get("Source", "").split())
+        by_op[opcode(source)] += samples
+        address = row.get("Address", row.get("# Address", "?"))
+        per_instruction.append((samples, address, source))
+    per_instruction.sort(key=lambda x: -x[0])
+    return sum(by_op.values()), by_op, per_instruction[:TOP]
+
+
+def markdown(launches: list[Launch]) -> str:
+    """Per launch with samples (a fill kernel FA3 launches first has none): its samples by
+    opcode and its hottest instructions."""
+    out = []
+    for i, launch in enumerate(launches):
+        total, by_op, top = summary(launch.rows)
+        if total == 0:
+            continue
+        out.append(f"## launch {i}: {launch.kernel[:90]}\n")
+        out.append(f"{total} samples, {len(launch.rows)} instructions\n")
+        out.append("| opcode | samples | % |\n|---|---:|---:|")
+        for op, n in by_op.most_common(14):
+            out.append(f"| {op} | {n} | {100 * n / total:.1f} |")
+        out.append("\n| address | samples | % | instruction |\n|---|---:|---:|---|")
+        for n, address, source in top:
+            out.append(f"| {address} | {n} | {100 * n / total:.1f} | `{source[:70]}` |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--shape", type=parse_shape, action="append", required=True)
+    parser.add_argument("--arms", nargs="+", required=True, help="side_by_side.py's arms")
+    args = parser.parse_args(argv)
+    ncu = shutil.which("ncu")
+    if ncu is None:
+        print("ncu not on PATH: nothing profiled", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    report = args.out / "stalls"
+    shape_args = [f"--shape={b},{h},{s},{d},{'causal' if c else 'full'},{dt}"
+                  for b, h, s, d, c, dt in args.shape]  # fmt: skip
+    cmd = [ncu, "--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "none",
+           "--section", "SourceCounters", "--section", "WarpStateStats", "--import-source",
+           "no", "-f", "-o", str(report), sys.executable, str(ROOT / "benchmarks/ncu_pipes.py"),
+           "--target", *shape_args, "--arms", *args.arms]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+    (args.out / "ncu-stalls.log").write_text(proc.stdout + proc.stderr)
+    export = subprocess.run(
+        [ncu, "-i", f"{report}.ncu-rep", "--page", "source", "--csv", "--print-source", "sass"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    (args.out / "ncu-stalls-sass.csv").write_text(export.stdout)
+    launches = launches_of(export.stdout)
+    text = markdown(launches)
+    if not text:
+        text = "no samples:\n" + proc.stdout[-2000:] + proc.stderr[-2000:] + export.stderr[-2000:]
+    (args.out / "ncu-stalls.md").write_text(text + "\n")
+    print(text[:10000])
+    return 0 if launches else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""benchmarks/ncu_stalls.py reads ncu's source page (SASS with warp-state samples) into its
+per-launch tables (no GPU needed): the fixture is cut from its own capture on an H200
+(FA3's causal head_dim-128 kernel and ours at (1,16,16,8192,128) bf16, after the fill
+kernel FA3 launches first): each launch's first instructions and its hottest ones."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import ncu_stalls  # benchmarks/ is not a package
+
+CAPTURE = Path(__file__).resolve().parent / "fixtures" / "ncu" / "h200_stalls.csv"
+
+
+def test_one_launch_per_kernel_name_with_its_instructions():
+    launches = ncu_stalls.launches_of(CAPTURE.read_text())  # ncu's log line skipped
+    assert [launch.kernel.split("<")[0] for launch in launches] == [
+        "void at::native::vectorized_elementwise_kernel",
+        "void cutlass::device_kernel",
+        "void flash_sm90::flash_fwd_sm90_kernel",
+    ]
+    assert [len(launch.rows) for launch in launches] == [15, 19, 19]
+    assert all(row["Address"].startswith("0x") for launch in launches for row in launch.rows)
+
+
+def test_samples_are_summed_by_opcode_without_the_predicate():
+    assert ncu_stalls.opcode("@!P0  SYNCS.ARRIVE.TRANS64.RED.A1T0 RZ, [R13+URZ], RZ") == "SYNCS"
+    assert ncu_stalls.opcode("      HGMMA.64x128x16.F32.BF16 R24, gdesc[UR48], RZ") == "HGMMA"
+    ours = ncu_stalls.launches_of(CAPTURE.read_text())[2]
+    total, by_op, top = ncu_stalls.summary(ours.rows)
+    assert total == 10808 == sum(by_op.values())
+    assert by_op["HGMMA"] == 3928 and by_op["WARPGROUP"] == 1334
+    # The step's first Q K^T wgmma waits for the tensor pipe (the other warpgroup's P V).
+    assert top[0] == (2194, top[0][1], "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR20], RZ, !UPT")
+    assert [n for n, _, _ in top] == sorted((n for n, _, _ in top), reverse=True)
+
+
+def test_the_report_skips_launches_without_samples_and_names_the_kernels():
+    text = ncu_stalls.markdown(ncu_stalls.launches_of(CAPTURE.read_text()))
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert [h.split(":")[0] for h in headings] == ["## launch 1", "## launch 2"]
+    assert "flash_sm90::flash_fwd_sm90_kernel" in headings[1]
+    assert "| HGMMA |" in text and "11242 samples, 19 instructions" in text
