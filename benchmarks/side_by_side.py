@@ -102,6 +102,19 @@ SETS["d64-causal"] = [
     (b, 32, 32, s, s, 64, True, "bfloat16")
     for b, s in ((8, 1024), (8, 1536), (4, 2048), (4, 3072), (2, 4096), (1, 8192))
 ]
+# Non-causal head_dim 64 on the CUDA kernel's 192-key tiles: the ragged last block of
+# 192, 128 (narrowed) and 64 (narrowed) keys.
+SETS["d64-full"] = [
+    (b, h, hkv, s, s, 64, False, dtype)
+    for b, h, hkv, s, dtype in (
+        (4, 16, 16, 1536, "bfloat16"),
+        (4, 16, 16, 2048, "bfloat16"),
+        (2, 32, 32, 4096, "bfloat16"),
+        (2, 16, 16, 4097, "bfloat16"),
+        (1, 32, 8, 8192, "bfloat16"),
+        (4, 16, 16, 2048, "float16"),
+    )
+]
 TABLE_ARMS = "sdpa,fa3,flash_attention,gluon_flash,cuda_flash"
 DEFAULT_ARMS = {
     "decode": "sdpa,fa3,flash_attention,triton_flash,gluon_flash",
@@ -110,6 +123,7 @@ DEFAULT_ARMS = {
     "table-d64": TABLE_ARMS,
     "table-d128": TABLE_ARMS,
     "d64-causal": "sdpa,fa3,gluon_flash,cuda_flash",
+    "d64-full": "sdpa,fa3,gluon_flash,cuda_flash",
     "entry-grid": "sdpa,flash_attention,triton_flash,gluon_flash",
     "entry-small": "sdpa,flash_attention,triton_flash,gluon_flash",
     "entry-hd128": "flash_attention,triton_flash,gluon_flash",
@@ -254,10 +268,15 @@ def checked_arms(
             out = made()
             if out.shape != q.shape:  # FA3: (B, S, H, D)
                 out = out.transpose(1, 2)
+            # Every element finite, also the rows a sampled reference does not cover.
+            finite = bool(torch.isfinite(out).all())
             out = out[: ref.shape[0]] if sample is None else out[: ref.shape[0], :, sample]
             rel, worst = _errors(out, ref)
         except Exception as exc:  # a kernel that cannot take the shape: say so, go on
             row["refused"] = f"{type(exc).__name__}: {exc}"
+            continue
+        if not finite:
+            row["refused"] = "wrong: NaN or inf in the output"
             continue
         row["rel_err"], row["max_err"] = rel, worst
         if rel != rel or rel > 2e-2:  # NaN, or far off: never timed

@@ -30,7 +30,11 @@ def _arms(monkeypatch: pytest.MonkeyPatch, q, k, v) -> None:
         "bhsd": lambda: exact.clone(),  # ours: (B, H, S, D)
         "bshd": lambda: exact.transpose(1, 2).contiguous(),  # FA3's layout
         "off": lambda: exact + 0.5,
-        "nan": lambda: exact.masked_fill(torch.rand_like(exact) < 1e-3, float("nan")),
+        # One NaN in a row no sampled reference covers (batch row 1): refused all the same.
+        "nan": lambda: exact.index_put(
+            (torch.tensor([1]), torch.tensor([2]), torch.tensor([40]), torch.tensor([7])),
+            torch.tensor(float("nan")),
+        ),
     }
     monkeypatch.setattr(side_by_side, "arm", lambda name, *_: calls[name])
 
@@ -51,7 +55,7 @@ def test_both_layouts_pass_and_wrong_outputs_are_refused(
     assert sorted(fns) == ["bhsd", "bshd"]
     assert rows["bhsd"]["rel_err"] < 1e-6 and rows["bshd"]["rel_err"] < 1e-6
     assert rows["off"]["refused"].startswith("wrong")
-    assert rows["nan"]["refused"].startswith("wrong")
+    assert rows["nan"]["refused"] == "wrong: NaN or inf in the output"
 
 
 def test_a_sampled_reference_is_the_full_one_at_those_rows() -> None:

@@ -166,6 +166,12 @@
 #ifndef FLASH_SM90_PREFETCH_NEXT_Q
 #define FLASH_SM90_PREFETCH_NEXT_Q 1
 #endif
+// Head_dim 64's non-causal 192-key tiles wait for and release their K and V slots on the
+// ring's barriers directly (0) or through CUTLASS's pipeline class and its checks (1);
+// see kRingChecks.
+#ifndef FLASH_SM90_D64_RING_CHECKS
+#define FLASH_SM90_D64_RING_CHECKS 0
+#endif
 #ifndef FLASH_SM90_STAGES
 #define FLASH_SM90_STAGES 2
 #endif

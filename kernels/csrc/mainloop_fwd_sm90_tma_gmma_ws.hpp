@@ -141,6 +141,16 @@ CUTLASS_DEVICE int load_tile(KernelParams<T> const& p, typename T::SharedStorage
 }
 
 // ---- consumers: the ping-pong between warpgroups --------------------------------------
+// Whether the consumers wait for and release the K and V slots through CUTLASS's pipeline
+// class, whose role checks (a `brkpt` behind a branch at each call, compiled in without
+// NDEBUG) are also fences to ptxas's scheduler: without them it waits for P V before the
+// softmax of head_dim 128's causal and 128-key kernels. Head_dim 64's non-causal 192-key
+// tiles (one CTA) run 2.5-3.3% faster without them (H200, `--set d64-full`; see
+// docs/notes/cuda-kernel-measurements.md): they use the barriers directly.
+template <typename T, bool kCausal>
+constexpr bool kRingChecks =
+    FLASH_SM90_D64_RING_CHECKS || kCausal || T::kHeadDim != 64 || T::kBlockN != 192;
+
 template <typename T>
 CUTLASS_DEVICE void warpgroup_turn_wait() {
   if constexpr (kPingPong) {
@@ -212,9 +222,25 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
   Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
   Tensor tSrK = thr_qk.partition_fragment_B(sK);
   Tensor tOrV = thr_pv.partition_fragment_B(sVt);
-  auto wait = [](auto& pipe, auto& state) {
-    auto token = pipe.consumer_try_wait(state);
-    pipe.consumer_wait(state, token);
+  // A K or V slot waited for and released: through CUTLASS's pipeline, or on the ring's
+  // barriers directly where its checks cost time (kRingChecks).
+  auto wait = [](auto& pipe, auto& ring, auto& state) {
+    if constexpr (kRingChecks<T, kCausal>) {
+      auto token = pipe.consumer_try_wait(state);
+      pipe.consumer_wait(state, token);
+    } else {
+      auto& full = ring.full_barrier_[state.index()];
+      if (!full.try_wait(state.phase())) full.wait(state.phase());
+    }
+  };
+  auto release = [](auto& pipe, auto& ring, auto& state) {
+    if constexpr (kRingChecks<T, kCausal>) {
+      pipe.consumer_release(state);
+    } else {
+      // One CTA: every consumer thread arrives (the pipeline's arrival count there).
+      static_assert(T::kClusterM == 1);
+      ring.empty_barrier_[state.index()].arrive();
+    }
   };
 
   const int seq_k = get<0>(p.shape_k);
@@ -225,7 +251,7 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
   static_assert(!(kCausal && T::kNarrowLast));
 
   Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
-  wait(pipe_k, read_k);
+  wait(pipe_k, smem.bars.pipeline_k, read_k);
   warpgroup_turn_wait<T>();
   gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, read_k.index()), tSrS);
   warpgroup_turn_pass<T>();
@@ -246,7 +272,7 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
     }
   }
   warpgroup_wait<0>();
-  pipe_k.consumer_release(read_k);
+  release(pipe_k, smem.bars.pipeline_k, read_k);
   ++read_k;
   // Unmasked where the ragged block comes last (this one is then whole).
   if constexpr (!T::kNarrowLast) apply_mask<T, true, kCausal>(tSrS, thread, seq_k, m_block, n_block);
@@ -263,7 +289,7 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
   auto step = [&](auto masked, auto keys) {
     constexpr int kKeys = decltype(keys)::value;
     Tensor tSrS = partition_fragment_C(mma_qk, select<0, 1>(TileShape{}));
-    wait(pipe_k, read_k);
+    wait(pipe_k, smem.bars.pipeline_k, read_k);
     warpgroup_turn_wait<T>();
     if constexpr (kKeys == kBlockN) {
       gemm<true, -1>(mma_qk, tSrQ, tSrK(_, _, _, read_k.index()), tSrS);
@@ -276,7 +302,7 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
     }
     if constexpr (!kIntraWarpgroupOverlap) warpgroup_wait<0>();
     if constexpr (!T::kRescaleAfterPV) SM::rescale_o(tOrO, rescale);
-    wait(pipe_v, read_v);
+    wait(pipe_v, smem.bars.pipeline_v, read_v);
     gemm<false, -1>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
     warpgroup_turn_pass<T>();
     warpgroup_wait<1>();
@@ -285,7 +311,7 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
       // the narrow one it moved the release past the softmax, kept P V in flight and
       // spilled: the wait is written out there.
       if constexpr (kKeys < kBlockN) warpgroup_wait<0>();
-      pipe_k.consumer_release(read_k);
+      release(pipe_k, smem.bars.pipeline_k, read_k);
     }
     Tensor s = key_columns<T, kKeys>(tSrS);
     if constexpr (decltype(masked)::value) {
@@ -303,9 +329,9 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
     softmax.template exp_sum<false>(s, p.scale_log2);
     // Here, not before the softmax: ptxas hoists the wait below up to the closest memory
     // operation before it, and a K release there made the softmax wait for P V.
-    if constexpr (T::kReleaseKAfterSoftmax) pipe_k.consumer_release(read_k);
+    if constexpr (T::kReleaseKAfterSoftmax) release(pipe_k, smem.bars.pipeline_k, read_k);
     warpgroup_wait<0>();
-    pipe_v.consumer_release(read_v);
+    release(pipe_v, smem.bars.pipeline_v, read_v);
     if constexpr (T::kRescaleAfterPV) SM::rescale_o(tOrO, rescale);
     ++read_k;
     ++read_v;
@@ -338,13 +364,13 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
   // Q is no longer read: the producer may load a later tile's into its buffer.
   bar_arrive(query_empty_bar(q_stage), T::kMmaThreads + 32);
   if constexpr (!T::kRescaleAfterPV) SM::rescale_o(tOrO, rescale);
-  wait(pipe_v, read_v);
+  wait(pipe_v, smem.bars.pipeline_v, read_v);
   // P's columns past kLastKeys (converted from S registers a narrow Q K^T never wrote)
   // are not read: the product takes kLastKeys / 16 k-blocks.
   gemm<false, -1, T::kLastKeys / 16>(mma_pv, tOrP, tOrV(_, _, _, read_v.index()), tOrO);
   softmax.finalize(rescale);
   warpgroup_wait<0>();
-  pipe_v.consumer_release(read_v);
+  release(pipe_v, smem.bars.pipeline_v, read_v);
   ++read_v;
   SM::rescale_o(tOrO, rescale);
 }
