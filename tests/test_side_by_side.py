@@ -87,3 +87,15 @@ def test_the_d64_causal_set_spans_the_192_row_switch() -> None:
     long_q = cuda_flash_plan.header_macros(header)["FLASH_SM90_D64_CAUSAL_LONG_Q"]
     lengths = [shape[3] for shape in side_by_side.SETS["d64-causal"]]
     assert min(lengths) < long_q <= max(lengths)
+
+
+def test_the_d64_full_set_runs_every_last_block_width_of_the_192_key_tiles() -> None:
+    from kernels import cuda_flash, cuda_flash_plan
+
+    header = cuda_flash.HOPPER_KERNEL_HEADER.read_text()
+    widths = set()
+    for _, _, _, seq_q, seq_k, head_dim, causal, _ in side_by_side.SETS["d64-full"]:
+        _, block_n, _ = cuda_flash_plan.hopper_tile(header, head_dim, causal, seq_q, seq_k)
+        assert (head_dim, causal, block_n) == (64, False, 192), (seq_q, seq_k)
+        widths.add(cuda_flash_plan.hopper_last_keys(header, causal, seq_k, block_n))
+    assert widths == {64, 128, 192}
