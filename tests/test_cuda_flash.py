@@ -192,6 +192,7 @@ MASK_CHECK_SOURCE = r"""
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <vector>
 using namespace cute;
 
 template <int kHeadDim, int kBlockM, int kBlockN>
@@ -233,15 +234,64 @@ bool check(std::mt19937& rng, long& elements, long& masked) {
   return true;
 }
 
+// Two partitions of shared memory that are the same elements in the same order.
+template <typename A, typename B>
+bool same_elements(A const& a, B const& b) {
+  if (size(a) != size(b)) return false;
+  for (int i = 0; i < size(a); ++i) {
+    if (&a(i) != &b(i)) return false;
+  }
+  return true;
+}
+
+// Q's, K's and V's shared-memory partitions (what the wgmma descriptors are made from) of
+// every consumer thread are those of its warpgroup's first thread, and differ from the
+// next warpgroup's (so that the comparison can tell): FLASH_SM90_UNIFORM_DESCRIPTORS
+// takes them there.
+template <int kHeadDim, int kBlockM, int kBlockN>
+bool descriptors() {
+  using T = flash_sm90::Traits<kHeadDim, kBlockM, kBlockN, 2, cutlass::half_t>;
+  std::vector<cutlass::half_t> q(cute::cosize_v<typename T::SmemLayoutQ>);
+  std::vector<cutlass::half_t> kv(cute::cosize_v<typename T::SmemLayoutK>);
+  Tensor sQ = make_tensor(make_smem_ptr(q.data()), typename T::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(kv.data()), typename T::SmemLayoutK{});
+  Tensor sVt = make_tensor(make_smem_ptr(kv.data()), typename T::SmemLayoutVt{});
+  typename T::TiledMmaQK qk;
+  typename T::TiledMmaPV pv;
+  for (int thread = 0; thread < T::kMmaThreads; ++thread) {
+    const int first = thread / 128 * 128;
+    auto mine_qk = qk.get_thread_slice(thread), first_qk = qk.get_thread_slice(first);
+    auto mine_pv = pv.get_thread_slice(thread), first_pv = pv.get_thread_slice(first);
+    if (!same_elements(mine_qk.partition_A(sQ), first_qk.partition_A(sQ)) ||
+        !same_elements(mine_qk.partition_B(sK), first_qk.partition_B(sK)) ||
+        !same_elements(mine_pv.partition_B(sVt), first_pv.partition_B(sVt))) {
+      std::printf("hd%d %dx%d thread %d: not its warpgroup's partition\n", kHeadDim,
+                  kBlockM, kBlockN, thread);
+      return false;
+    }
+  }
+  if (same_elements(qk.get_thread_slice(0).partition_A(sQ),
+                    qk.get_thread_slice(128).partition_A(sQ))) {
+    std::printf("hd%d %dx%d: two warpgroups' Q partitions compare equal\n", kHeadDim,
+                kBlockM, kBlockN);
+    return false;
+  }
+  return true;
+}
+
 int main(int argc, char** argv) {
   std::mt19937 rng(argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 1);
+  const bool same = descriptors<64, 128, 128>() && descriptors<64, 192, 128>() &&
+                    descriptors<64, 128, 192>() && descriptors<128, 128, 128>() &&
+                    descriptors<128, 128, 192>();
+  std::printf("descriptors: %s\n", same ? "every thread's are its warpgroup's" : "differ");
   long elements = 0, masked = 0;
   const bool ok = check<64, 128, 128>(rng, elements, masked) &&
                   check<64, 192, 128>(rng, elements, masked) &&
                   check<64, 128, 192>(rng, elements, masked) &&
                   check<128, 128, 192>(rng, elements, masked);
   std::printf("checked %ld elements, %ld masked\n", elements, masked);
-  return ok ? 0 : 1;
+  return ok && same ? 0 : 1;
 }
 """
 
@@ -503,6 +553,17 @@ def test_mask_matches_the_coordinates_of_every_element(compile_results: dict[str
     assert run.returncode == 0, f"seed {seed}: {_output(run)}"
     elements, masked = (int(n) for n in re.findall(r"\d+", run.stdout)[-2:])
     assert 0 < masked < elements, run.stdout
+
+
+def test_every_thread_takes_its_warpgroups_descriptors(compile_results: dict[str, Any]) -> None:
+    """The wgmma operands' shared-memory partitions depend on the warpgroup alone, so
+    ``FLASH_SM90_UNIFORM_DESCRIPTORS`` (taken at the warpgroup's first thread) gives every
+    thread the descriptors it would take at its own index (the mask check's program)."""
+    proc = _hopper_results(compile_results)["mask_check"]
+    assert proc.returncode == 0, f"mask check build failed:\n{_output(proc)}"
+    run = _run([str(compile_results["mask_check_path"]), "1"])
+    assert "descriptors: every thread's are its warpgroup's" in run.stdout, _output(run)
+    assert run.returncode == 0, _output(run)
 
 
 def test_shared_memory_beyond_the_limit_fails_the_build(compile_results: dict) -> None:

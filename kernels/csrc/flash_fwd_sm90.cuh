@@ -172,6 +172,13 @@
 #ifndef FLASH_SM90_D64_RING_CHECKS
 #define FLASH_SM90_D64_RING_CHECKS 0
 #endif
+// Q's, K's and V's shared-memory descriptors partitioned at the warpgroup's first thread
+// (1: uniform registers, no R2UR in the step) or at each thread (0); see attend_tile.
+// Both give every thread the same descriptors (tests/test_cuda_flash.py checks the
+// partitions); 0 stays the default until 1 is timed beside it on a GPU.
+#ifndef FLASH_SM90_UNIFORM_DESCRIPTORS
+#define FLASH_SM90_UNIFORM_DESCRIPTORS 0
+#endif
 #ifndef FLASH_SM90_STAGES
 #define FLASH_SM90_STAGES 2
 #endif

@@ -217,11 +217,20 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
   typename T::TiledMmaQK mma_qk;
   typename T::TiledMmaPV mma_pv;
   mma_pv.accumulate_ = GMMA::ScaleOut::Zero;  // the first P V product overwrites O
-  auto thr_qk = mma_qk.get_thread_slice(thread);
-  auto thr_pv = mma_pv.get_thread_slice(thread);
-  Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
-  Tensor tSrK = thr_qk.partition_fragment_B(sK);
-  Tensor tOrV = thr_pv.partition_fragment_B(sVt);
+  // The shared-memory descriptors of Q, K and V depend on a thread's warpgroup only.
+  // Taken at the warpgroup's first thread, from a warp shuffle of its index (uniform to
+  // the compiler), they stay in uniform registers, as FlashAttention-3 has them; taken
+  // at the thread, ptxas moves Q's 16 into uniform registers at every step (R2UR).
+  // FLASH_SM90_UNIFORM_DESCRIPTORS picks the former.
+  const int slice = FLASH_SM90_UNIFORM_DESCRIPTORS
+                        ? __shfl_sync(0xffffffff, thread / cutlass::NumThreadsPerWarpGroup, 0) *
+                              cutlass::NumThreadsPerWarpGroup
+                        : thread;
+  auto wg_qk = mma_qk.get_thread_slice(slice);
+  auto wg_pv = mma_pv.get_thread_slice(slice);
+  Tensor tSrQ = wg_qk.partition_fragment_A(sQ);
+  Tensor tSrK = wg_qk.partition_fragment_B(sK);
+  Tensor tOrV = wg_pv.partition_fragment_B(sVt);
   // A K or V slot waited for and released: through CUTLASS's pipeline, or on the ring's
   // barriers directly where its checks cost time (kRingChecks).
   auto wait = [](auto& pipe, auto& ring, auto& state) {
