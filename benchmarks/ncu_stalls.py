@@ -8,8 +8,10 @@ Profiles one call of each arm after warm-up (``ncu_pipes.py``'s target: the arms
 section), then exports each launch's SASS with its samples (``--page source``). Per
 launch it reports the samples by opcode (``HGMMA``, ``BAR`` for the named barriers,
 ``SYNCS`` for the mbarrier waits of the K/V ring, ``WARPGROUP`` for the wgmma waits,
-``MUFU``...) and the instructions with the most, so that two kernels with the same
-step can be compared where their cycles differ: the turns, the ring, the tile ends.
+``MUFU``...), the same within its step loop (the smallest loop that holds half the
+samples: all and those of a stalled warp, with the instruction count), and the
+instructions with the most, so that two kernels with the same step can be compared
+where their cycles differ: in the step, at the turns, the ring, the tile ends.
 Writes DIR/ncu-stalls.md, the report (DIR/stalls.ncu-rep) and the source page's CSV
 (DIR/ncu-stalls-sass.csv). A profiled call's order in the target's log
 (DIR/ncu-stalls.log) is its launches' order.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +38,7 @@ from ncu_gluon import parse_shape  # noqa: E402  (benchmarks/ is not a package)
 from ncu_pipes import RANGE  # noqa: E402
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
+NOT_ISSUED = "Warp Stall Sampling (Not-issued Samples)"  # the warp stalled there
 TOP = 25
 
 
@@ -69,18 +73,60 @@ def launches_of(text: str) -> list[Launch]:
     return [Launch(k, list(csv.DictReader(io.StringIO("\n".join(lines))))) for k, lines in found]
 
 
+def samples(row: dict[str, str], column: str = SAMPLES) -> int:
+    return int(float(row.get(column, "0").replace(",", "") or "0"))
+
+
 def summary(rows: list[dict[str, str]]) -> tuple[int, Counter[str], list[tuple[int, str, str]]]:
     """Total samples, samples by opcode, and the instructions with the most."""
     by_op: Counter[str] = Counter()
     per_instruction = []
     for row in rows:
-        samples = int(float(row.get(SAMPLES, "0").replace(",", "") or "0"))
+        n = samples(row)
         source = " ".join(row.get("Source", "").split())
-        by_op[opcode(source)] += samples
+        by_op[opcode(source)] += n
         address = row.get("Address", row.get("# Address", "?"))
-        per_instruction.append((samples, address, source))
+        per_instruction.append((n, address, source))
     per_instruction.sort(key=lambda x: -x[0])
     return sum(by_op.values()), by_op, per_instruction[:TOP]
+
+
+def hot_loop(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The rows of the smallest loop (a branch back to an earlier address) that holds at
+    least half the launch's samples: an attention kernel's step, where one dominates;
+    empty where no loop does."""
+    total = sum(samples(row) for row in rows)
+    address = [int(row.get("Address", row.get("# Address", "0")), 16) for row in rows]
+    best: list[dict[str, str]] = []
+    for row, end in zip(rows, address, strict=True):
+        branch = re.search(r"\bBRA\s+0x([0-9a-fA-F]+)", row.get("Source", ""))
+        if branch is None or int(branch[1], 16) >= end:
+            continue
+        start = int(branch[1], 16)
+        body = [r for r, a in zip(rows, address, strict=True) if start <= a <= end]
+        if 2 * sum(samples(r) for r in body) >= total and (not best or len(body) < len(best)):
+            best = body
+    return best
+
+
+def loop_table(body: list[dict[str, str]], total: int) -> list[str]:
+    """A loop's samples by opcode: all of them and those of a stalled warp."""
+    by_op: Counter[str] = Counter()
+    stalled: Counter[str] = Counter()
+    for row in body:
+        op = opcode(row.get("Source", ""))
+        by_op[op] += samples(row)
+        stalled[op] += samples(row, NOT_ISSUED)
+    first = body[0].get("Address", body[0].get("# Address", "?"))
+    last = body[-1].get("Address", body[-1].get("# Address", "?"))
+    in_loop = sum(by_op.values())
+    out = [f"\nThe step loop {first}-{last}: {len(body)} instructions, {in_loop} samples "
+           f"({100 * in_loop / total:.1f}%), {sum(stalled.values())} of a stalled warp\n",
+           "| opcode | samples | stalled | instructions |\n|---|---:|---:|---:|"]  # fmt: skip
+    count = Counter(opcode(row.get("Source", "")) for row in body)
+    for op, n in by_op.most_common(16):
+        out.append(f"| {op} | {n} | {stalled[op]} | {count[op]} |")
+    return out
 
 
 def markdown(launches: list[Launch]) -> str:
@@ -96,6 +142,9 @@ def markdown(launches: list[Launch]) -> str:
         out.append("| opcode | samples | % |\n|---|---:|---:|")
         for op, n in by_op.most_common(14):
             out.append(f"| {op} | {n} | {100 * n / total:.1f} |")
+        body = hot_loop(launch.rows)
+        if body:
+            out.extend(loop_table(body, total))
         out.append("\n| address | samples | % | instruction |\n|---|---:|---:|---|")
         for n, address, source in top:
             out.append(f"| {address} | {n} | {100 * n / total:.1f} | `{source[:70]}` |")
