@@ -173,6 +173,8 @@ HOPPER_PLANTS = [
 # FlashAttention-3's head_dim 64 tiles (192 query rows, three consumer warpgroups at 160
 # registers each; 128 keys), causal and not, must compile without spills too.
 HOPPER_VARIANTS = [
+    # FlashAttention-3's non-causal head_dim 128 tiles: 176 keys, with the softmax under P V.
+    ("d128_176", "flash_fwd_sm90_fp16_hdim128.cu", ("-DFLASH_SM90_D128_FULL_N=176",)),
     (
         "d64_192x128",
         "flash_fwd_sm90_fp16_hdim64.cu",
@@ -531,7 +533,25 @@ def test_the_spill_check_catches_a_spilling_configuration(compile_results: dict)
     assert _spill_problems(_output(proc)), "the planted 192x192 head_dim 64 tile did not spill"
 
 
-@pytest.mark.parametrize("variant", [name for name, _, _ in HOPPER_VARIANTS])
+def test_flash_attention_3_176_key_tiles_compile_and_overlap(
+    compile_results: dict[str, Any],
+) -> None:
+    """Head_dim 128's non-causal 176-key tiles (FA3's, not the default) compile on one CTA
+    and on clusters without spills, and run a step's softmax under its P V."""
+    proc = _hopper_results(compile_results)["d128_176"]
+    assert proc.returncode == 0, _output(proc)
+    assert not _spill_problems(_output(proc)), _output(proc)
+    found = {
+        (kernel.cluster, exponentials_under_pv(function))
+        for function in re.split(r"Function : ", _sass(compile_results, "d128_176"))[1:]
+        if (kernel := res.hopper_instantiation(function.split(maxsplit=1)[0])) is not None
+        and kernel.block_n == 176
+    }
+    assert {cluster for cluster, _ in found} == {1, 2}, found
+    assert all(exps >= 176 // 2 for _, exps in found), found
+
+
+@pytest.mark.parametrize("variant", [n for n, _, _ in HOPPER_VARIANTS if n.startswith("d64")])
 def test_flash_attention_3_tiles_compile_without_spills(
     compile_results: dict[str, Any], variant: str
 ) -> None:

@@ -215,7 +215,7 @@ struct Traits {
   // host picks it from seq_k, the same for every tile of a launch: no branch on it here.
   static constexpr int kLastKeys = kLastKeys_;
   static constexpr bool kNarrowLast = kLastKeys < kBlockN;
-  static_assert(kLastKeys % 64 == 0 && kLastKeys <= kBlockN);
+  static_assert((kLastKeys == kBlockN || kLastKeys % 64 == 0) && kLastKeys <= kBlockN);
   // CTAs per cluster (row blocks of one head sharing each K and V load by multicast).
   static constexpr int kClusterM = kClusterM_;
   static_assert(kClusterM == 1 || kClusterM == 2);
@@ -275,8 +275,10 @@ struct Traits {
   // so those keep the early one, and ptxas waits for P V before their softmax: no
   // intra-warpgroup overlap there (tried with the spill: no faster at 4k and 16k,
   // docs/PERFORMANCE.md). Head_dim 64's 192-key tiles have the registers.
+  // FlashAttention-3's 176-key tiles of head_dim 128 (FLASH_SM90_D128_FULL_N=176) have
+  // the registers too: the softmax runs under P V there.
   static constexpr bool kReleaseKAfterSoftmax =
-      FLASH_SM90_LATE_K_RELEASE && (kBlockN == 128 || kHeadDim == 64);
+      FLASH_SM90_LATE_K_RELEASE && (kBlockN <= 176 || kHeadDim == 64);
   // Where O is rescaled by a step's new row maxima: once the step's P V product is done
   // (1: out of the warpgroups' turn at the tensor cores, so the other warpgroup's turn
   // comes sooner), or just before the next P V is issued, inside the turn (0, as
