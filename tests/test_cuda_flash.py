@@ -285,13 +285,14 @@ int main(int argc, char** argv) {
   std::mt19937 rng(argc > 1 ? std::strtoul(argv[1], nullptr, 10) : 1);
   const bool same = descriptors<64, 128, 128>() && descriptors<64, 192, 128>() &&
                     descriptors<64, 128, 192>() && descriptors<128, 128, 128>() &&
-                    descriptors<128, 128, 192>();
+                    descriptors<128, 128, 176>() && descriptors<128, 128, 192>();
   std::printf("descriptors: %s\n", same ? "every thread's are its warpgroup's" : "differ");
   long elements = 0, masked = 0;
   const bool ok = check<64, 128, 128>(rng, elements, masked) &&
                   check<64, 192, 128>(rng, elements, masked) &&
                   check<64, 128, 192>(rng, elements, masked) &&
-                  check<128, 128, 192>(rng, elements, masked);
+                  check<128, 128, 192>(rng, elements, masked) &&
+                  check<128, 128, 176>(rng, elements, masked);
   std::printf("checked %ld elements, %ld masked\n", elements, masked);
   return ok && same ? 0 : 1;
 }
