@@ -66,7 +66,7 @@ def launches_of(text: str) -> list[Launch]:
     for line in text.splitlines():
         if line.startswith('"Kernel Name"'):
             kernel = next(csv.reader([line]))[1]
-        elif line.startswith(('"Address"', '"# Address"')):
+        elif line.startswith('"Address"'):
             found.append((kernel, [line]))
         elif found and line.startswith('"'):
             found[-1][1].append(line)
@@ -85,8 +85,7 @@ def summary(rows: list[dict[str, str]]) -> tuple[int, Counter[str], list[tuple[i
         n = samples(row)
         source = " ".join(row.get("Source", "").split())
         by_op[opcode(source)] += n
-        address = row.get("Address", row.get("# Address", "?"))
-        per_instruction.append((n, address, source))
+        per_instruction.append((n, row.get("Address", "?"), source))
     per_instruction.sort(key=lambda x: -x[0])
     return sum(by_op.values()), by_op, per_instruction[:TOP]
 
@@ -96,7 +95,7 @@ def hot_loop(rows: list[dict[str, str]]) -> list[dict[str, str]]:
     least half the launch's samples: an attention kernel's step, where one dominates;
     empty where no loop does."""
     total = sum(samples(row) for row in rows)
-    address = [int(row.get("Address", row.get("# Address", "0")), 16) for row in rows]
+    address = [int(row["Address"], 16) for row in rows]
     best: list[dict[str, str]] = []
     for row, end in zip(rows, address, strict=True):
         branch = re.search(r"\bBRA\s+0x([0-9a-fA-F]+)", row.get("Source", ""))
@@ -117,8 +116,7 @@ def loop_table(body: list[dict[str, str]], total: int) -> list[str]:
         op = opcode(row.get("Source", ""))
         by_op[op] += samples(row)
         stalled[op] += samples(row, NOT_ISSUED)
-    first = body[0].get("Address", body[0].get("# Address", "?"))
-    last = body[-1].get("Address", body[-1].get("# Address", "?"))
+    first, last = body[0]["Address"], body[-1]["Address"]
     in_loop = sum(by_op.values())
     out = [f"\nThe step loop {first}-{last}: {len(body)} instructions, {in_loop} samples "
            f"({100 * in_loop / total:.1f}%), {sum(stalled.values())} of a stalled warp\n",

@@ -226,11 +226,11 @@ CUTLASS_DEVICE void attend_tile(KernelParams<T> const& p, typename T::SharedStor
                         ? __shfl_sync(0xffffffff, thread / cutlass::NumThreadsPerWarpGroup, 0) *
                               cutlass::NumThreadsPerWarpGroup
                         : thread;
-  auto wg_qk = mma_qk.get_thread_slice(slice);
-  auto wg_pv = mma_pv.get_thread_slice(slice);
-  Tensor tSrQ = wg_qk.partition_fragment_A(sQ);
-  Tensor tSrK = wg_qk.partition_fragment_B(sK);
-  Tensor tOrV = wg_pv.partition_fragment_B(sVt);
+  auto part_qk = mma_qk.get_thread_slice(slice);
+  auto part_pv = mma_pv.get_thread_slice(slice);
+  Tensor tSrQ = part_qk.partition_fragment_A(sQ);
+  Tensor tSrK = part_qk.partition_fragment_B(sK);
+  Tensor tOrV = part_pv.partition_fragment_B(sVt);
   // A K or V slot waited for and released: through CUTLASS's pipeline, or on the ring's
   // barriers directly where its checks cost time (kRingChecks).
   auto wait = [](auto& pipe, auto& ring, auto& state) {
