@@ -391,7 +391,7 @@ class Tier(NamedTuple):
 # hd 128 from 512^2 and 256 tiles (FASTER's variant, below its 960^2): H200 2026-11-29,
 # the entry point beside both kernels by name in 3 interleaved rounds
 # (benchmarks/side_by_side.py --set entry-grid and entry-small,
-# docs/data/h200-2026-11-29/entry-grid.jsonl, entry-small.jsonl). At (4,16,16,S,128) bf16
+# docs/data/h200-2026-11-29/entry-grid.jsonl.gz, entry-small.jsonl.gz). At (4,16,16,S,128) bf16
 # the Gluon kernel took 0.73-0.76x the Triton kernel's time from S = 512 to 2047, causal
 # or not, where the entry point took the Triton kernel below 2048^2 (1.2-1.4x the
 # fastest of its kernels: the cliff at 2048). With 8 or 16 (batch, head) pairs (32 to 64
@@ -554,7 +554,7 @@ SM_COUNT = 132  # H100 SXM and H200: what a GPU-less choice sizes grids by
 
 # head_dim -> the split kernel's config: BLOCK_M is the most packed query rows a program
 # takes (fewer when the group's rows are fewer: at least 16, the smallest dot). H200,
-# 4 interleaved rounds with SDPA (docs/data/h200-2026-11-29/decode-sweep-b.jsonl): hd 128,
+# 4 interleaved rounds with SDPA (docs/data/h200-2026-11-29/decode-sweep-b.jsonl.gz): hd 128,
 # 128-key tiles in 3 stages: 0.990x, 0.997x and 0.088x SDPA's time at (4,32,8,1,32768),
 # (64,32,8,1,4096) and (1,64,8,4,131072) bf16, where 64-key tiles in 4 stages took 1.060x,
 # 1.005x, 0.103x; hd 64, 128-key tiles in 4 stages: 0.997x at (4,32,8,1,32768) fp16 and

@@ -538,18 +538,25 @@ def test_flash_attention_3_176_key_tiles_compile_and_overlap(
     compile_results: dict[str, Any],
 ) -> None:
     """Head_dim 128's non-causal 176-key tiles (FA3's, not the default) compile on one CTA
-    and on clusters without spills, and run a step's softmax under its P V."""
+    and on clusters without spills, run a step's softmax under its P V, and take Q K^T as
+    64x176 wgmmas (without CuTe's extended shapes it splits them into 64x16 ones)."""
     proc = _hopper_results(compile_results)["d128_176"]
     assert proc.returncode == 0, _output(proc)
     assert not _spill_problems(_output(proc)), _output(proc)
     found = {
-        (kernel.cluster, exponentials_under_pv(function))
+        (
+            kernel.cluster,
+            exponentials_under_pv(function),
+            frozenset(re.findall(r"HGMMA\.64x(\d+)x16", function)),
+        )
         for function in re.split(r"Function : ", _sass(compile_results, "d128_176"))[1:]
         if (kernel := res.hopper_instantiation(function.split(maxsplit=1)[0])) is not None
         and kernel.block_n == 176
     }
-    assert {cluster for cluster, _ in found} == {1, 2}, found
-    assert all(exps >= 176 // 2 for _, exps in found), found
+    assert {cluster for cluster, _, _ in found} == {1, 2}, found
+    assert all(exps >= 176 // 2 for _, exps, _ in found), found
+    # Q K^T 64x176, P V 64x128 (head_dim): no narrower product.
+    assert all(widths == {"176", "128"} for _, _, widths in found), found
 
 
 @pytest.mark.parametrize("variant", [n for n, _, _ in HOPPER_VARIANTS if n.startswith("d64")])

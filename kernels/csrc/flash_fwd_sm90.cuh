@@ -55,6 +55,12 @@
 
 #include "flash_fwd.h"
 
+// CuTe offers wgmma's N shapes that are not a multiple of 64 (176 keys: FlashAttention-3's
+// head_dim 128 tiles) only with this switch; without it a 176-key Q K^T becomes eleven
+// N=16 products (see the static_assert in Traits).
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#endif
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
@@ -242,6 +248,8 @@ struct Traits {
   // S = Q K^T: A (Q) and B (K) from shared memory, both K-major (head_dim contiguous).
   using TiledMmaQK = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, TileShape>(), AtomLayout{}));
+  static_assert(size<1>(typename TiledMmaQK::AtomShape_MNK{}) == kBlockN,
+                "S = Q K^T is one wgmma per warpgroup and k-step: a key tile must be a wgmma N");
   // O = P V: A (P) from registers, B (V) from shared memory, MN-major (V is [key][dim]).
   using TiledMmaPV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, decltype(select<0, 2, 1>(TileShape{})),
@@ -276,7 +284,8 @@ struct Traits {
   // intra-warpgroup overlap there (tried with the spill: no faster at 4k and 16k,
   // docs/PERFORMANCE.md). Head_dim 64's 192-key tiles have the registers.
   // FlashAttention-3's 176-key tiles of head_dim 128 (FLASH_SM90_D128_FULL_N=176) have
-  // the registers too: the softmax runs under P V there.
+  // the registers too: the softmax runs under P V there, yet 2-4% slower than the
+  // 192-key defaults (docs/notes/cuda-kernel-measurements.md).
   static constexpr bool kReleaseKAfterSoftmax =
       FLASH_SM90_LATE_K_RELEASE && (kBlockN <= 176 || kHeadDim == 64);
   // Where O is rescaled by a step's new row maxima: once the step's P V product is done
