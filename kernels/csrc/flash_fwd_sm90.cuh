@@ -181,7 +181,7 @@
 // Q's, K's and V's shared-memory descriptors partitioned at the warpgroup's first thread
 // (1: uniform registers, no R2UR in the step) or at each thread (0); see attend_tile.
 // Both give every thread the same descriptors (tests/test_cuda_flash.py checks the
-// partitions); 0 stays the default until 1 is timed beside it on a GPU.
+// partitions); 1 timed no faster on an H200 (docs/notes/cuda-kernel-measurements.md).
 #ifndef FLASH_SM90_UNIFORM_DESCRIPTORS
 #define FLASH_SM90_UNIFORM_DESCRIPTORS 0
 #endif
