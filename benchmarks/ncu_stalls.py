@@ -14,14 +14,21 @@ instructions with the most, so that two kernels with the same step can be compar
 where their cycles differ: in the step, at the turns, the ring, the tile ends.
 Writes DIR/ncu-stalls.md, the report (DIR/stalls.ncu-rep) and the source page's CSV
 (DIR/ncu-stalls-sass.csv). A profiled call's order in the target's log
-(DIR/ncu-stalls.log) is its launches' order.
+(DIR/ncu-stalls.log) is its launches' order. DIR/ncu-stalls-loops.jsonl.gz holds each
+step loop's instructions, one row each: ``kernel`` (the arm, or ``launch N`` where the
+launches do not pair with the calls), ``shape`` (B, H, S, D, causal, dtype), ``offset``
+(bytes from the kernel's first instruction), ``sass``, ``samples``, ``not_issued`` (of
+a stalled warp) and ``executed`` (warp instructions).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
+import gzip
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -150,6 +157,34 @@ def markdown(launches: list[Launch]) -> str:
     return "\n".join(out)
 
 
+def step_loop_rows(launches: list[Launch], calls: list[str]) -> list[dict[str, object]]:
+    """Every step loop's instructions, labelled with the profiled call they belong to.
+
+    ``calls`` are the target's "profiled NAME (shape)" lines, one per call. torch's own
+    launches (FA3's wrapper fills its output first) are not calls. Where the rest do not
+    pair with the calls one to one, a launch is named by its index.
+    """
+    kernels = [launch for launch in launches if not launch.kernel.startswith("void at::native")]
+    parsed = [call.removeprefix("profiled ").split(" ", 1) for call in calls]
+    paired = len(kernels) == len(parsed)
+    out: list[dict[str, object]] = []
+    for i, launch in enumerate(kernels):
+        name, shape = parsed[i] if paired else (f"launch {launches.index(launch)}", "")
+        body = hot_loop(launch.rows)
+        start = int(launch.rows[0]["Address"], 16) if launch.rows else 0
+        for row in body:
+            out.append({
+                "kernel": name,
+                "shape": list(ast.literal_eval(shape)) if shape else None,
+                "offset": int(row["Address"], 16) - start,
+                "sass": " ".join(row.get("Source", "").split()),
+                "samples": samples(row),
+                "not_issued": samples(row, NOT_ISSUED),
+                "executed": samples(row, "Instructions Executed"),
+            })  # fmt: skip
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -180,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     if not text:
         text = "no samples:\n" + proc.stdout[-2000:] + proc.stderr[-2000:] + export.stderr[-2000:]
     (args.out / "ncu-stalls.md").write_text(text + "\n")
+    calls = [line for line in proc.stdout.splitlines() if line.startswith("profiled ")]
+    with gzip.open(args.out / "ncu-stalls-loops.jsonl.gz", "wt") as loops:
+        loops.writelines(json.dumps(row) + "\n" for row in step_loop_rows(launches, calls))
     print(text[:10000])
     return 0 if launches else 1
 

@@ -62,3 +62,26 @@ def test_the_step_loop_is_the_smallest_loop_with_half_the_samples():
     assert "| WARPGROUP | 1334 |" in "\n".join(table)
     # A launch without a loop that holds half its samples (FA3's fill kernel: none) has none.
     assert ncu_stalls.hot_loop(ncu_stalls.launches_of(CAPTURE.read_text())[0].rows) == []
+
+
+def test_step_loop_rows_are_labelled_with_their_calls():
+    launches = ncu_stalls.launches_of(CAPTURE.read_text())
+    calls = [
+        "profiled fa3 (1, 16, 8192, 128, True, 'bfloat16')",
+        "profiled cuda_flash (1, 16, 8192, 128, True, 'bfloat16')",
+    ]
+    rows = ncu_stalls.step_loop_rows(launches, calls)
+    fa3_loop, our_loop = (ncu_stalls.hot_loop(launch.rows) for launch in launches[1:])
+    # torch's fill kernel is no call: FA3's kernel takes the first call's name.
+    assert [r["kernel"] for r in rows] == ["fa3"] * len(fa3_loop) + ["cuda_flash"] * len(our_loop)
+    assert {tuple(r["shape"]) for r in rows} == {(1, 16, 8192, 128, True, "bfloat16")}
+    ours = [r for r in rows if r["kernel"] == "cuda_flash"]
+    start = int(launches[2].rows[0]["Address"], 16)
+    assert ours[0]["offset"] == int(our_loop[0]["Address"], 16) - start > 0
+    assert [r["samples"] for r in ours] == [ncu_stalls.samples(r) for r in our_loop]
+    assert sum(r["not_issued"] for r in ours) > 0 and all(r["executed"] > 0 for r in ours)
+    assert ours[-1]["sass"].split()[-1] == our_loop[0]["Address"]  # the branch back
+    # One call short: no launch gets another call's name.
+    unpaired = ncu_stalls.step_loop_rows(launches, calls[:1])
+    assert {r["kernel"] for r in unpaired} == {"launch 1", "launch 2"}
+    assert all(r["shape"] is None for r in unpaired)
