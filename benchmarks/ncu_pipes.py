@@ -43,11 +43,12 @@ PIPES = {
 }
 STALLS = ("wait", "barrier", "gmma", "math_pipe_throttle", "long_scoreboard", "not_selected",
           "dispatch_stall", "short_scoreboard")  # fmt: skip
-SHAPES = [(4, 16, 2048, 64, False, "bfloat16"), (4, 32, 4096, 128, False, "float16")]
+Shape = tuple[int, int, int, int, bool, str]  # B, H, S, D, causal, dtype
+SHAPES: list[Shape] = [(4, 16, 2048, 64, False, "bfloat16"), (4, 32, 4096, 128, False, "float16")]
 ARMS = ("flash_attention", "sdpa")  # profiled in this order per shape: one launch each
 
 
-def target(shapes: list[tuple[int, int, int, int, bool, str]], arms: list[str]) -> None:
+def target(shapes: list[Shape], arms: list[str]) -> None:
     """Runs in ncu: per shape and arm, warm-up calls, then one call in the range. An arm
     that cannot run the shape is left out and named (no launch, no row)."""
     import torch
@@ -72,6 +73,24 @@ def target(shapes: list[tuple[int, int, int, int, bool, str]], arms: list[str]) 
             torch.cuda.synchronize()
             torch.cuda.nvtx.range_pop()
             print(f"profiled {name} {(b, h, s, d, causal, dtype)}", flush=True)
+
+
+def profile_command(
+    ncu: str, ncu_args: list[str], shapes: list[Shape], arms: list[str]
+) -> list[str]:
+    """ncu with ``ncu_args`` over this file's target: the calls in the NVTX range only, at
+    the clocks the GPU sets."""
+    shape_args = [f"--shape={b},{h},{s},{d},{'causal' if c else 'full'},{dt}"
+                  for b, h, s, d, c, dt in shapes]  # fmt: skip
+    return [ncu, "--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "none",
+            *ncu_args, sys.executable, str(Path(__file__).resolve()), "--target",
+            *shape_args, "--arms", *arms]  # fmt: skip
+
+
+def profiled_calls(stdout: str) -> list[str]:
+    """The target's profiled calls in launch order, each "NAME (shape)"."""
+    return [line.removeprefix("profiled ") for line in stdout.splitlines()
+            if line.startswith("profiled ")]  # fmt: skip
 
 
 def known_metrics(ncu: str, wanted: list[str]) -> tuple[list[str], list[str]]:
@@ -130,16 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     wanted = [*PIPES, *(f"smsp__warp_issue_stalled_{r}_per_warp_active.pct" for r in STALLS)]
     metrics, missing = known_metrics(ncu, wanted)
-    shape_args = [f"--shape={b},{h},{s},{d},{'causal' if c else 'full'},{dt}"
-                  for b, h, s, d, c, dt in shapes]  # fmt: skip
-    cmd = [ncu, "--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "none",
-           "--metrics", ",".join(metrics), "--csv", "--page", "raw", sys.executable,
-           __file__, "--target", *shape_args, "--arms", *args.arms]  # fmt: skip
+    cmd = profile_command(ncu, ["--metrics", ",".join(metrics), "--csv", "--page", "raw"],
+                          shapes, args.arms)  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
     (args.out / "ncu-pipes.csv").write_text(proc.stdout)
     (args.out / "ncu-pipes.err").write_text(proc.stderr)
-    names = [line.split(" ", 1)[1] for line in proc.stdout.splitlines()
-             if line.startswith("profiled ")]  # fmt: skip
+    names = profiled_calls(proc.stdout)
     rows = rows_of(proc.stdout)
     text = markdown(rows, names, metrics) if rows else proc.stdout[-3000:] + proc.stderr[-3000:]
     if missing:

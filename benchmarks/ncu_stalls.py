@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ncu_gluon import parse_shape  # noqa: E402  (benchmarks/ is not a package)
-from ncu_pipes import RANGE  # noqa: E402
+from ncu_pipes import profile_command, profiled_calls  # noqa: E402
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 NOT_ISSUED = "Warp Stall Sampling (Not-issued Samples)"  # the warp stalled there
@@ -160,12 +160,12 @@ def markdown(launches: list[Launch]) -> str:
 def step_loop_rows(launches: list[Launch], calls: list[str]) -> list[dict[str, object]]:
     """Every step loop's instructions, labelled with the profiled call they belong to.
 
-    ``calls`` are the target's "profiled NAME (shape)" lines, one per call. torch's own
+    ``calls`` are the target's profiled calls ("NAME (shape)", ``profiled_calls``). torch's own
     launches (FA3's wrapper fills its output first) are not calls. Where the rest do not
     pair with the calls one to one, a launch is named by its index.
     """
     kernels = [launch for launch in launches if not launch.kernel.startswith("void at::native")]
-    parsed = [call.removeprefix("profiled ").split(" ", 1) for call in calls]
+    parsed = [call.split(" ", 1) for call in calls]
     paired = len(kernels) == len(parsed)
     out: list[dict[str, object]] = []
     for i, launch in enumerate(kernels):
@@ -197,12 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     report = args.out / "stalls"
-    shape_args = [f"--shape={b},{h},{s},{d},{'causal' if c else 'full'},{dt}"
-                  for b, h, s, d, c, dt in args.shape]  # fmt: skip
-    cmd = [ncu, "--nvtx", "--nvtx-include", f"{RANGE}/", "--clock-control", "none",
-           "--section", "SourceCounters", "--section", "WarpStateStats", "--import-source",
-           "no", "-f", "-o", str(report), sys.executable, str(ROOT / "benchmarks/ncu_pipes.py"),
-           "--target", *shape_args, "--arms", *args.arms]  # fmt: skip
+    sections = ["--section", "SourceCounters", "--section", "WarpStateStats"]
+    cmd = profile_command(ncu, [*sections, "--import-source", "no", "-f", "-o", str(report)],
+                          args.shape, args.arms)  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
     (args.out / "ncu-stalls.log").write_text(proc.stdout + proc.stderr)
     export = subprocess.run(
@@ -215,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     if not text:
         text = "no samples:\n" + proc.stdout[-2000:] + proc.stderr[-2000:] + export.stderr[-2000:]
     (args.out / "ncu-stalls.md").write_text(text + "\n")
-    calls = [line for line in proc.stdout.splitlines() if line.startswith("profiled ")]
+    rows = step_loop_rows(launches, profiled_calls(proc.stdout))
     with gzip.open(args.out / "ncu-stalls-loops.jsonl.gz", "wt") as loops:
-        loops.writelines(json.dumps(row) + "\n" for row in step_loop_rows(launches, calls))
+        loops.writelines(json.dumps(row) + "\n" for row in rows)
     print(text[:10000])
     return 0 if launches else 1
 

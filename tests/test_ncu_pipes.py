@@ -62,3 +62,18 @@ def test_metrics_the_gpu_lacks_are_named_not_requested(monkeypatch):
     monkeypatch.setattr(ncu_pipes.subprocess, "run", lambda *a, **k: Done())
     wanted = ["gpu__time_duration.sum", "sm__inst_executed_pipe_xu.avg.pct", "sm__nope.sum"]
     assert ncu_pipes.known_metrics("ncu", wanted) == (wanted[:2], ["sm__nope.sum"])
+
+
+def test_the_profile_command_hands_the_target_the_shapes_it_was_given() -> None:
+    from ncu_gluon import parse_shape
+
+    shapes = [(2, 32, 4096, 64, True, "bfloat16"), (4, 16, 2048, 128, False, "float16")]
+    cmd = ncu_pipes.profile_command("ncu", ["--section", "SourceCounters"], shapes, ["fa3", "sdpa"])
+    target = cmd.index("--target")
+    assert cmd[0] == "ncu" and cmd[target - 1].endswith("benchmarks/ncu_pipes.py")
+    assert cmd.index("SourceCounters") < target  # ncu's own options before the program
+    given = [parse_shape(a.removeprefix("--shape=")) for a in cmd if a.startswith("--shape=")]
+    assert given == shapes
+    assert cmd[cmd.index("--arms") + 1 :] == ["fa3", "sdpa"]
+    log = "==PROF== Connected\nprofiled fa3 (2, 32, 4096, 64, True, 'bfloat16')\nskipped sdpa\n"
+    assert ncu_pipes.profiled_calls(log) == ["fa3 (2, 32, 4096, 64, True, 'bfloat16')"]

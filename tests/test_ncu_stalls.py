@@ -66,10 +66,12 @@ def test_the_step_loop_is_the_smallest_loop_with_half_the_samples():
 
 def test_step_loop_rows_are_labelled_with_their_calls():
     launches = ncu_stalls.launches_of(CAPTURE.read_text())
-    calls = [
-        "profiled fa3 (1, 16, 8192, 128, True, 'bfloat16')",
-        "profiled cuda_flash (1, 16, 8192, 128, True, 'bfloat16')",
-    ]
+    log = (
+        "profiled fa3 (1, 16, 8192, 128, True, 'bfloat16')\n==PROF== Disconnected\n"
+        "profiled cuda_flash (1, 16, 8192, 128, True, 'bfloat16')\n"
+    )
+    calls = ncu_stalls.profiled_calls(log)
+    assert calls[0] == "fa3 (1, 16, 8192, 128, True, 'bfloat16')"
     rows = ncu_stalls.step_loop_rows(launches, calls)
     fa3_loop, our_loop = (ncu_stalls.hot_loop(launch.rows) for launch in launches[1:])
     # torch's fill kernel is no call: FA3's kernel takes the first call's name.
